@@ -1,0 +1,133 @@
+"""Load every page of the built book in Chromium, offline, and check what a reader sees.
+
+Runs after `make book` (the Makefile's `test` target builds first): a server on 127.0.0.1
+serves `_build/html`, and Playwright drives Debian's Chromium (never a downloaded browser).
+A page fails if a request fails or leaves 127.0.0.1, if it raises a JavaScript error, if
+math is left untypeset, if an image does not load, or if a saved widget does not render.
+"""
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]
+# Pages Sphinx generates around the book (no content of ours to check).
+GENERATED = {"genindex.html", "search.html", "index.html"}
+PAGES = sorted(
+    p.relative_to(HTML).as_posix()
+    for p in HTML.rglob("*.html")
+    if not p.relative_to(HTML).parts[0].startswith(("_", "vendor")) and p.name not in GENERATED
+) if HTML.is_dir() else []
+
+pytestmark = pytest.mark.book
+
+# What a page looks like once it has settled, measured in the page itself.
+INSPECT = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  const deadline = Date.now() + 10000;
+  while (views.length && Date.now() < deadline
+         && document.querySelectorAll('.jupyter-widgets, .widget-error').length < views.length) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const untypeset = [...document.querySelectorAll('span.math, div.math')]
+    .filter((el) => !el.querySelector('mjx-container'))
+    .map((el) => el.textContent.slice(0, 60));
+  const mathErrors = [...document.querySelectorAll('mjx-merror')].map((el) => el.textContent);
+  const brokenImages = [...document.images]
+    .filter((img) => !(img.complete && img.naturalWidth > 0))
+    .map((img) => img.getAttribute('src').slice(0, 80));
+  return {
+    math: document.querySelectorAll('mjx-container').length,
+    untypeset, mathErrors, brokenImages,
+    widgetViews: views.length,
+    widgetsRendered: document.querySelectorAll('.widget-subarea .jupyter-widgets, .jupyter-widgets.widget-container, .jupyter-widgets.widget-inline-hbox, .jupyter-widgets.widget-box').length,
+    widgetErrors: [...document.querySelectorAll('.widget-error')].map((el) => el.textContent.slice(0, 120)),
+  };
+}"""
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not HTML.is_dir():
+        pytest.fail(f"{HTML} does not exist: build the book first (make book)")
+    handler = functools.partial(QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium not found: install Debian's chromium (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+def test_pages_were_built():
+    assert PAGES, f"no pages found under {HTML}: build the book first (make book)"
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_works_offline(server, browser, page_path):
+    problems = []
+    page = browser.new_page()
+
+    def route(route):
+        host = urlparse(route.request.url).hostname
+        if route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            route.continue_()
+        else:
+            problems.append(f"request leaves 127.0.0.1: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", route)
+    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    page.on(
+        "requestfailed",
+        lambda request: request.url.startswith(server)
+        and problems.append(f"request failed: {request.url} ({request.failure})"),
+    )
+    page.on(
+        "response",
+        lambda response: response.status >= 400
+        and problems.append(f"HTTP {response.status}: {response.url}"),
+    )
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    state = page.evaluate(INSPECT)
+    page.wait_for_load_state("networkidle")
+    page.close()
+
+    problems += [f"untypeset math: {text!r}" for text in state["untypeset"]]
+    problems += [f"MathJax error: {text!r}" for text in state["mathErrors"]]
+    problems += [f"image does not load: {src}" for src in state["brokenImages"]]
+    problems += [f"widget error: {text!r}" for text in state["widgetErrors"]]
+    if state["widgetsRendered"] < state["widgetViews"]:
+        problems.append(
+            f"{state['widgetViews']} saved widget views, {state['widgetsRendered']} rendered"
+        )
+    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
