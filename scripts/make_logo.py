@@ -9,8 +9,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
 
@@ -30,8 +30,9 @@ def draw(ax):
 def main():
     fig, ax = plt.subplots(figsize=(3.8, 2))
     draw(ax)
-    fig.savefig(FIGURES / "logo.svg", bbox_inches="tight", transparent=True,
-                metadata={"Date": None})
+    fig.savefig(
+        FIGURES / "logo.svg", bbox_inches="tight", transparent=True, metadata={"Date": None}
+    )
     fig, ax = plt.subplots(figsize=(1, 1))
     draw(ax)
     ax.set_xlim(-0.2, 8.2)

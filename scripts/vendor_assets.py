@@ -22,8 +22,14 @@ COPIES = [
 ]
 # Files no page loads: source maps, the other MathJax bundles, the non-AMD widget bundles.
 SKIP = shutil.ignore_patterns(
-    "*.map", "*.LICENSE.txt", "mml-*", "tex-svg*", "tex-mml-*", "tex-chtml-full*",
-    "embed.js", "libembed-amd.js",
+    "*.map",
+    "*.LICENSE.txt",
+    "mml-*",
+    "tex-svg*",
+    "tex-mml-*",
+    "tex-chtml-full*",
+    "embed.js",
+    "libembed-amd.js",
 )
 
 
@@ -41,7 +47,9 @@ def main() -> int:
         else:
             shutil.copy2(source, target)
     size = sum(f.stat().st_size for f in VENDOR.rglob("*") if f.is_file())
-    print(f"vendored {len(COPIES)} packages into {VENDOR.relative_to(ROOT)} ({size / 2**20:.1f} MiB)")
+    print(
+        f"vendored {len(COPIES)} packages into {VENDOR.relative_to(ROOT)} ({size / 2**20:.1f} MiB)"
+    )
     return 0
 
 

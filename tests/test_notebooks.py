@@ -36,7 +36,9 @@ def test_notebook_executed_in_order_without_errors(path):
     notebook, cells = code_cells(path)
     counts = [c["execution_count"] for c in cells]
     unexecuted = [i for i, n in enumerate(counts) if n is None]
-    assert not unexecuted, f"{path.name}: code cells {unexecuted} were never executed (make notebooks)"
+    assert not unexecuted, (
+        f"{path.name}: code cells {unexecuted} were never executed (make notebooks)"
+    )
     assert counts == list(range(1, len(cells) + 1)), (
         f"{path.name}: cells executed out of order {counts}: re-run top to bottom (make notebooks)"
     )
@@ -54,9 +56,12 @@ def test_widgets_have_saved_state_and_are_not_compared(path):
         for o in c["outputs"]
         if WIDGET_VIEW in o.get("data", {})
     ]
-    state = notebook["metadata"].get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}
-    ).get("state", {})
+    state = (
+        notebook["metadata"]
+        .get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     for i, model_id in views:
         assert model_id in state, f"{path.name}: widget of code cell {i} has no saved state"
         tags = set(cells[i]["metadata"].get("tags", []))
@@ -68,7 +73,10 @@ def test_table_of_contents_matches_the_pages():
     for file in listed:
         matches = [p for p in ROOT.glob(f"{file}.*") if p.suffix in {".md", ".ipynb"}]
         assert matches, f"_toc.yml lists {file}, which has no .md or .ipynb file"
-    pages = {p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "chapters").iterdir()
-             if p.suffix in {".md", ".ipynb"}}
+    pages = {
+        p.relative_to(ROOT).with_suffix("").as_posix()
+        for p in (ROOT / "chapters").iterdir()
+        if p.suffix in {".md", ".ipynb"}
+    }
     unlisted = sorted(pages - set(listed))
     assert not unlisted, f"pages in chapters/ missing from _toc.yml: {unlisted}"

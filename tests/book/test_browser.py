@@ -19,16 +19,26 @@ ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 # Pages Sphinx generates around the book (no content of ours to check).
 GENERATED = {"genindex.html", "search.html", "index.html"}
-PAGES = sorted(
-    p.relative_to(HTML).as_posix()
-    for p in HTML.rglob("*.html")
-    if not p.relative_to(HTML).parts[0].startswith(("_", "vendor")) and p.name not in GENERATED
-) if HTML.is_dir() else []
+PAGES = (
+    sorted(
+        p.relative_to(HTML).as_posix()
+        for p in HTML.rglob("*.html")
+        if not p.relative_to(HTML).parts[0].startswith(("_", "vendor")) and p.name not in GENERATED
+    )
+    if HTML.is_dir()
+    else []
+)
 
 pytestmark = pytest.mark.book
 
@@ -37,10 +47,12 @@ INSPECT = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     await MathJax.startup.promise;
   }
-  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  const views = document.querySelectorAll(
+    'script[type="application/vnd.jupyter.widget-view+json"]');
   const deadline = Date.now() + 10000;
-  while (views.length && Date.now() < deadline
-         && document.querySelectorAll('.jupyter-widgets, .widget-error').length < views.length) {
+  const settled = () => document.querySelectorAll(
+    '.widget-subarea > .jupyter-widgets, .widget-error').length >= views.length;
+  while (views.length && !settled() && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   const untypeset = [...document.querySelectorAll('span.math, div.math')]
@@ -54,8 +66,9 @@ INSPECT = """async () => {
     math: document.querySelectorAll('mjx-container').length,
     untypeset, mathErrors, brokenImages,
     widgetViews: views.length,
-    widgetsRendered: document.querySelectorAll('.widget-subarea .jupyter-widgets, .jupyter-widgets.widget-container, .jupyter-widgets.widget-inline-hbox, .jupyter-widgets.widget-box').length,
-    widgetErrors: [...document.querySelectorAll('.widget-error')].map((el) => el.textContent.slice(0, 120)),
+    widgetsRendered: document.querySelectorAll('.widget-subarea > .jupyter-widgets').length,
+    widgetErrors: [...document.querySelectorAll('.widget-error')]
+      .map((el) => el.textContent.slice(0, 120)),
   };
 }"""
 
@@ -109,13 +122,16 @@ def test_page_works_offline(server, browser, page_path):
     page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
     page.on(
         "requestfailed",
-        lambda request: request.url.startswith(server)
-        and problems.append(f"request failed: {request.url} ({request.failure})"),
+        lambda request: (
+            request.url.startswith(server)
+            and problems.append(f"request failed: {request.url} ({request.failure})")
+        ),
     )
     page.on(
         "response",
-        lambda response: response.status >= 400
-        and problems.append(f"HTTP {response.status}: {response.url}"),
+        lambda response: (
+            response.status >= 400 and problems.append(f"HTTP {response.status}: {response.url}")
+        ),
     )
     page.goto(f"{server}/{page_path}", wait_until="load")
     state = page.evaluate(INSPECT)
