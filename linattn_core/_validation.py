@@ -1,0 +1,102 @@
+"""Input checks shared by the public functions.
+
+Every message starts with the public function's name and names the argument, what was expected
+and what was received, so that an error raised deep in a notebook points at the call to fix.
+"""
+
+import math
+import numbers
+
+import torch
+
+
+def check_tensor(fn: str, name: str, x: object, *, min_rank: int) -> None:
+    """A floating-point tensor with at least `min_rank` dimensions."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{fn}: {name} must be a floating-point tensor; got dtype={x.dtype}")
+    if x.dim() < min_rank:
+        dimensions = "dimension" if min_rank == 1 else "dimensions"
+        raise ValueError(
+            f"{fn}: {name} must have at least {min_rank} {dimensions}; got {name}.shape={_shape(x)}"
+        )
+
+
+def check_attention_inputs(fn: str, names: tuple[str, str, str], q, k, v) -> None:
+    """q, k `(..., N, d)` and v `(..., N, d_v)` with equal batch dims, dtype and device, d ≥ 1.
+
+    Batch dimensions must match exactly: a silent broadcast would hide a transposed head axis.
+    """
+    q_name, k_name, v_name = names
+    for name, x in zip(names, (q, k, v), strict=True):
+        check_tensor(fn, name, x, min_rank=2)
+    for name, x in ((k_name, k), (v_name, v)):
+        _require_same(fn, "batch dimensions", slice(None, -2), name, x, q_name, q)
+    for name, x in ((q_name, q), (k_name, k)):
+        _require_same(fn, "sequence length N", -2, name, x, v_name, v)
+    _require_same(fn, "feature dimension d", -1, k_name, k, q_name, q)
+    if q.shape[-1] == 0:
+        raise ValueError(
+            f"{fn}: {q_name} and {k_name} must have at least one feature (d ≥ 1); "
+            f"got {q_name}.shape={_shape(q)}"
+        )
+    for name, x in ((k_name, k), (v_name, v)):
+        if x.dtype != q.dtype:
+            raise TypeError(
+                f"{fn}: {name} must have the same dtype as {q_name}; "
+                f"got {q_name}.dtype={q.dtype}, {name}.dtype={x.dtype}"
+            )
+        if x.device != q.device:
+            raise ValueError(
+                f"{fn}: {name} must be on the same device as {q_name}; "
+                f"got {q_name}.device={q.device}, {name}.device={x.device}"
+            )
+
+
+def check_positive_int(fn: str, name: str, value: object) -> None:
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{fn}: {name} must be a positive int; got {name}={value!r}")
+
+
+def check_non_negative_int(fn: str, name: str, value: object) -> None:
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"{fn}: {name} must be a non-negative int; got {name}={value!r}")
+
+
+def check_eps(fn: str, eps: object) -> None:
+    if not _is_real(eps) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"{fn}: eps must be a non-negative finite number; got eps={eps!r}")
+
+
+def check_positive_number(fn: str, name: str, value: object) -> None:
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{fn}: {name} must be a positive finite number; got {name}={value!r}")
+
+
+def check_choice(fn: str, name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(
+            f"{fn}: {name} must be one of {', '.join(map(repr, choices))}; got {name}={value!r}"
+        )
+
+
+def _require_same(fn, what, dims, name, x, ref_name, ref) -> None:
+    if x.shape[dims] != ref.shape[dims]:
+        raise ValueError(
+            f"{fn}: {name} must have the same {what} as {ref_name}; "
+            f"got {name}.shape={_shape(x)}, {ref_name}.shape={_shape(ref)}"
+        )
+
+
+def _shape(x: torch.Tensor) -> tuple[int, ...]:
+    return tuple(x.shape)
+
+
+def _is_int(value: object) -> bool:
+    # bool is an int subclass, but chunk_size=True is a bug, not a size
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -1,0 +1,228 @@
+"""Softmax attention, kernelized attention, and linear attention in three equivalent forms.
+
+Kernelized attention replaces exp(q·k/√d) by a similarity of feature-mapped queries and keys,
+s_ij = φ(q_i)·φ(k_j):
+
+    o_i = Σ_j s_ij v_j / (Σ_j s_ij + eps),        j ≤ i when causal.
+
+Because s_ij is a dot product, Σ_j s_ij v_j = φ(q_i) Σ_j φ(k_j)ᵀ v_j: the N×N similarity matrix
+never has to exist. `linear_attention` computes the same function as `kernel_attention` in the
+forms below, which trade memory for parallelism:
+
+- "parallel": the masked N×N similarity matrix, O(N² d) time and O(N²) memory (for teaching);
+- "recurrent": the state S_t = S_{t-1} + φ(k_t)ᵀ v_t one token at a time, O(N d d_v) time and an
+  O(d d_v) state (the inference form);
+- "chunked": the parallel form inside chunks of C tokens and the state across chunks,
+  O(N C d + N d d_v) time in large matrix products (the training form).
+
+The denominator Σ_j s_ij is the numerator for a value that is constantly 1, so each form computes
+numerators only, for v with a column of ones appended.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from linattn_core._validation import (
+    check_attention_inputs,
+    check_choice,
+    check_eps,
+    check_positive_int,
+    check_positive_number,
+)
+
+METHODS = ("auto", "parallel", "recurrent", "chunked")
+
+
+def softmax_attention(q, k, v, *, causal=False, scale=None):
+    """Softmax attention, materializing the N×N matrix: the reference for everything else.
+
+    o_i = Σ_j a_ij v_j with a_ij = exp(scale q_i·k_j) / Σ_l exp(scale q_i·k_l), over j, l ≤ i when
+    causal; `scale=None` means 1/√d. Matches `torch.nn.functional.scaled_dot_product_attention`.
+
+    Args:
+        q, k: queries and keys `(..., N, d)`.
+        v: values `(..., N, d_v)`.
+        causal: let position i attend to positions j ≤ i only.
+        scale: positive multiplier of q·k, or None for 1/√d.
+
+    Returns:
+        `(..., N, d_v)`; empty if N = 0 or a batch dimension is 0.
+
+    >>> from linattn_core.testing import random_qkv
+    >>> q, k, v = random_qkv(2, n=5, d=4, d_v=3)
+    >>> softmax_attention(q, k, v, causal=True).shape
+    torch.Size([2, 5, 3])
+    >>> bool(torch.allclose(softmax_attention(q, k, v, causal=True)[..., 0, :], v[..., 0, :]))
+    True
+    """
+    check_attention_inputs("softmax_attention", ("q", "k", "v"), q, k, v)
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    else:
+        check_positive_number("softmax_attention", "scale", scale)
+    scores = scale * (q @ k.mT)  # (..., N, N)
+    if causal:
+        n = q.shape[-2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # (N, N)
+        scores = scores.masked_fill(future, float("-inf"))
+    return scores.softmax(dim=-1) @ v  # (..., N, d_v)
+
+
+def kernel_attention(phi_q, phi_k, v, *, causal=False, eps=1e-6):
+    """Kernelized attention in its quadratic form, written as the definition reads.
+
+    o_i = Σ_j s_ij v_j / (Σ_j s_ij + eps) with s_ij = φ(q_i)·φ(k_j), over j ≤ i when causal.
+    With s_ij = exp(q_i·k_j/√d) and eps = 0 this is `softmax_attention`.
+
+    Args:
+        phi_q, phi_k: feature-mapped queries and keys `(..., N, d)`.
+        v: values `(..., N, d_v)`.
+        causal: let position i attend to positions j ≤ i only.
+        eps: non-negative number added to the denominator.
+
+    Returns:
+        `(..., N, d_v)`; empty if N = 0 or a batch dimension is 0.
+
+    >>> from linattn_core.testing import random_qkv
+    >>> phi_q, phi_k, v = random_qkv(n=4, d=3, positive=True)
+    >>> out = kernel_attention(phi_q, phi_k, v, causal=True, eps=0.0)
+    >>> out.shape
+    torch.Size([4, 3])
+    >>> bool(torch.allclose(out[0], v[0]))  # the first token sees only itself
+    True
+    """
+    check_attention_inputs("kernel_attention", ("phi_q", "phi_k", "v"), phi_q, phi_k, v)
+    check_eps("kernel_attention", eps)
+    similarities = _similarities(phi_q, phi_k, causal=causal)  # (..., N, N)
+    return (similarities @ v) / (similarities.sum(dim=-1, keepdim=True) + eps)  # (..., N, d_v)
+
+
+def linear_attention(
+    phi_q, phi_k, v, *, causal=False, normalize=True, method="auto", chunk_size=64, eps=1e-6
+):
+    """`kernel_attention` (or its numerator) in O(N) memory, in a choice of equivalent forms.
+
+    normalize=True:  o_i = φ(q_i) S_i / (φ(q_i)·z_i + eps)
+    normalize=False: o_i = φ(q_i) S_i = Σ_j s_ij v_j
+    with S_i = Σ_j φ(k_j)ᵀ v_j `(d, d_v)` and z_i = Σ_j φ(k_j) `(d,)`, over j ≤ i when causal and
+    over all j otherwise.
+
+    Methods (see the module docstring for their costs):
+        "parallel"  builds the masked N×N similarity matrix (O(N²) memory; for teaching);
+        "recurrent" updates S_t = S_{t-1} + φ(k_t)ᵀ v_t token by token; non-causal, it
+                    accumulates the full state first and then applies it to every query;
+        "chunked"   causal: the parallel form inside chunks of `chunk_size` tokens plus the
+                    running state of the earlier chunks (N need not be a multiple of
+                    `chunk_size`); non-causal: every query sees the same state φ(K)ᵀV, computed
+                    in one product;
+        "auto"      the fastest correct method on the inputs' device ("chunked" in this version);
+        "triton"    GPU kernels, not part of this version: raises ValueError.
+
+    The denominator is not checked: features that can be negative (`feature_maps.identity`,
+    odd-order `feature_maps.taylor`) can make φ(q_i)·z_i + eps close to zero and the output
+    blow up; the formula is computed as written. A data-dependent check would force a GPU
+    synchronization on every call. `elu_plus_one` and `relu` features, and even-order `taylor`
+    features, give non-negative similarities.
+
+    Args:
+        phi_q, phi_k: feature-mapped queries and keys `(..., N, d)`.
+        v: values `(..., N, d_v)`.
+        causal: let position i attend to positions j ≤ i only.
+        normalize: divide by the denominator; False returns the numerator.
+        method: one of "auto", "parallel", "recurrent", "chunked".
+        chunk_size: tokens per chunk of the "chunked" method (positive int).
+        eps: non-negative number added to the denominator.
+
+    Returns:
+        `(..., N, d_v)`; empty if N = 0 or a batch dimension is 0.
+
+    >>> from linattn_core import feature_maps
+    >>> from linattn_core.testing import random_qkv, relative_error
+    >>> q, k, v = random_qkv(2, n=100, d=8, d_v=4)
+    >>> phi_q, phi_k = feature_maps.elu_plus_one(q), feature_maps.elu_plus_one(k)
+    >>> out = linear_attention(phi_q, phi_k, v, causal=True, method="chunked", chunk_size=16)
+    >>> out.shape
+    torch.Size([2, 100, 4])
+    >>> relative_error(out, kernel_attention(phi_q, phi_k, v, causal=True)) < 1e-12
+    True
+    """
+    fn = "linear_attention"
+    check_attention_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v)
+    if method == "triton":
+        raise ValueError(
+            f"{fn}: method='triton' needs the Triton kernels, which are not part of this version "
+            f"of linattn_core; available methods: {', '.join(map(repr, METHODS))}"
+        )
+    check_choice(fn, "method", method, METHODS)
+    check_positive_int(fn, "chunk_size", chunk_size)
+    check_eps(fn, eps)
+
+    if normalize:
+        v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)  # (..., N, d_v + 1)
+    if method == "auto":
+        method = _auto_method(phi_q.device)
+    if method == "parallel":
+        out = _similarities(phi_q, phi_k, causal=causal) @ v
+    elif method == "recurrent":
+        out = _recurrent(phi_q, phi_k, v, causal=causal)
+    else:
+        out = _chunked(phi_q, phi_k, v, causal=causal, chunk_size=chunk_size)
+    if not normalize:
+        return out  # (..., N, d_v)
+    numerator, denominator = out[..., :-1], out[..., -1:]  # (..., N, d_v), (..., N, 1)
+    return numerator / (denominator + eps)
+
+
+def _auto_method(device: torch.device) -> str:
+    """The method `method="auto"` runs on `device`: the one place where that choice is made.
+
+    The chunked form is the fastest on every device in this version: large matrix products,
+    no N×N matrix, no Python loop over tokens. The Triton kernels register a CUDA branch here.
+    """
+    return "chunked"
+
+
+def _similarities(phi_q, phi_k, *, causal):
+    """s_ij = φ(q_i)·φ(k_j), zeroed above the diagonal when causal. `(..., N, N)`"""
+    similarities = phi_q @ phi_k.mT  # (..., N, N)
+    return similarities.tril() if causal else similarities
+
+
+def _recurrent(phi_q, phi_k, v, *, causal):
+    """Σ_j s_ij v_j through the state S_t = S_{t-1} + φ(k_t)ᵀ v_t, one token at a time.
+
+    The state is updated out of place, so autograd can differentiate through the loop; the
+    backward pass then keeps all N states, which is fine for the short sequences it teaches on.
+    """
+    state = v.new_zeros(*v.shape[:-2], phi_k.shape[-1], v.shape[-1])  # (..., d, d_v)
+    out = v.new_empty(v.shape)  # (..., N, d_v), preallocated and filled row by row
+    for t in range(v.shape[-2]):
+        state = torch.addcmul(state, phi_k[..., t, :, None], v[..., t, None, :])  # (..., d, d_v)
+        if causal:
+            out[..., t, :] = (phi_q[..., t, None, :] @ state)[..., 0, :]  # (..., d_v)
+    return out if causal else phi_q @ state
+
+
+def _chunked(phi_q, phi_k, v, *, causal, chunk_size):
+    """Σ_j s_ij v_j as similarities within each chunk plus the state of all earlier chunks."""
+    if not causal:
+        return phi_q @ (phi_k.mT @ v)  # one state φ(K)ᵀV (..., d, d_v) for every query
+    n = v.shape[-2]
+    chunk_size = max(1, min(chunk_size, n))  # no padding beyond N when one chunk covers it
+    q_chunks, k_chunks, v_chunks = (_split_chunks(x, chunk_size) for x in (phi_q, phi_k, v))
+    chunk_states = k_chunks.mT @ v_chunks  # (..., n_chunks, d, d_v)
+    # exclusive prefix sum over chunks: the state of all chunks before each one
+    past_states = F.pad(chunk_states.cumsum(dim=-3), (0, 0, 0, 0, 1, 0))[..., :-1, :, :]
+    intra = _similarities(q_chunks, k_chunks, causal=True) @ v_chunks  # (..., n_chunks, C, d_v)
+    inter = q_chunks @ past_states  # (..., n_chunks, C, d_v)
+    return (intra + inter).flatten(-3, -2)[..., :n, :]  # (..., N, d_v)
+
+
+def _split_chunks(x, chunk_size):
+    """(..., N, f) -> (..., n_chunks, C, f), zero-padding N up to a multiple of C.
+
+    Zero keys and values add nothing to any state, and outputs of padded queries are dropped.
+    """
+    n_chunks = -(-x.shape[-2] // chunk_size)
+    padded = F.pad(x, (0, 0, 0, n_chunks * chunk_size - x.shape[-2]))  # (..., n_chunks * C, f)
+    return padded.unflatten(-2, (n_chunks, chunk_size))

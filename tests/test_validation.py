@@ -1,0 +1,135 @@
+"""Bad inputs raise ValueError or TypeError with a message naming the argument, the expectation
+and what was received."""
+
+import math
+import re
+
+import pytest
+import torch
+
+from linattn_core import kernel_attention, linear_attention, softmax_attention
+from linattn_core.feature_maps import elu_plus_one, identity, relu, taylor, taylor_dim
+from linattn_core.testing import assert_close, random_qkv
+
+Q, K, V = random_qkv(2, n=5, d=4, d_v=3)  # (2, 5, 4), (2, 5, 4), (2, 5, 3)
+
+ATTENTION = [
+    pytest.param(softmax_attention, ("q", "k", "v"), id="softmax"),
+    pytest.param(kernel_attention, ("phi_q", "phi_k", "v"), id="kernel"),
+    pytest.param(linear_attention, ("phi_q", "phi_k", "v"), id="linear"),
+]
+
+FLOAT = "must be a floating-point tensor; got dtype=torch."
+
+# case: ({position: bad tensor}, error, message after the name of the first bad argument)
+BAD_TENSORS = {
+    "list": ({0: [[1.0]]}, TypeError, "must be a torch.Tensor; got list"),
+    "int": ({1: K.long()}, TypeError, FLOAT + "int64"),
+    "bool": ({2: V.bool()}, TypeError, FLOAT + "bool"),
+    "complex": ({0: Q.to(torch.complex128)}, TypeError, FLOAT + "complex128"),
+    "rank": ({0: Q[0, 0]}, ValueError, "must have at least 2 dimensions; got {name}.shape=(4,)"),
+    "batch-broadcast": ({1: K[:1]}, ValueError, "must have the same batch dimensions as {q}"),
+    "batch-missing": ({2: V[0]}, ValueError, "must have the same batch dimensions as {q}"),
+    "N-k": ({1: K[:, :4]}, ValueError, "must have the same sequence length N as v"),
+    "N-q": ({0: Q[:, 1:]}, ValueError, "must have the same sequence length N as v"),
+    "d": ({1: K[..., :3]}, ValueError, "must have the same feature dimension d as {q}"),
+    "d=0": ({0: Q[..., :0], 1: K[..., :0]}, ValueError, "and {k} must have at least one feature"),
+    "dtype": ({1: K.float()}, TypeError, "must have the same dtype as {q}; got {q}.dtype="),
+    "device": ({2: V.to("meta")}, ValueError, "must be on the same device as {q}; got {q}.dev"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TENSORS.values()), ids=list(BAD_TENSORS))
+@pytest.mark.parametrize(("attention", "names"), ATTENTION)
+def test_bad_tensors(attention, names, case):
+    replacements, error, message = case
+    inputs = [Q, K, V]
+    for position, bad in replacements.items():
+        inputs[position] = bad
+    name = names[min(replacements)]
+    message = message.format(name=name, q=names[0], k=names[1])
+    with pytest.raises(error, match=re.escape(f"{attention.__name__}: {name} {message}")):
+        attention(*inputs)
+
+
+def test_message_shows_both_shapes():
+    phi_q, phi_k, v = Q.new_ones(2, 6, 4), Q.new_ones(2, 5, 4), Q.new_ones(2, 6, 3)
+    expected = (
+        "linear_attention: phi_k must have the same sequence length N as v; "
+        "got phi_k.shape=(2, 5, 4), v.shape=(2, 6, 3)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        linear_attention(phi_q, phi_k, v)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -1, True, 2.0, "64", None])
+def test_bad_chunk_size(chunk_size):
+    expected = f"linear_attention: chunk_size must be a positive int; got chunk_size={chunk_size!r}"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        linear_attention(Q, K, V, chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("method", ["fast", "Chunked", None])
+def test_unknown_method(method):
+    expected = (
+        "linear_attention: method must be one of 'auto', 'parallel', 'recurrent', 'chunked'; "
+        f"got method={method!r}"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        linear_attention(Q, K, V, method=method)
+
+
+def test_triton_is_not_part_of_this_version():
+    with pytest.raises(ValueError, match=r"method='triton' needs the Triton kernels.*'chunked'"):
+        linear_attention(Q, K, V, method="triton")
+
+
+@pytest.mark.parametrize("eps", [-1e-3, math.nan, math.inf, "small", True])
+@pytest.mark.parametrize("attention", [kernel_attention, linear_attention])
+def test_bad_eps(attention, eps):
+    expected = f"{attention.__name__}: eps must be a non-negative finite number; got eps={eps!r}"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        attention(Q, K, V, eps=eps)
+
+
+@pytest.mark.parametrize("scale", [0, -0.5, math.inf, math.nan, True, "1"])
+def test_bad_scale(scale):
+    expected = f"softmax_attention: scale must be a positive finite number; got scale={scale!r}"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        softmax_attention(Q, K, V, scale=scale)
+
+
+@pytest.mark.parametrize("feature_map", [elu_plus_one, relu, identity, taylor])
+def test_bad_feature_map_inputs(feature_map):
+    fn = feature_map.__name__
+    with pytest.raises(TypeError, match=re.escape(f"{fn}: x must be a torch.Tensor; got list")):
+        feature_map([1.0])
+    with pytest.raises(TypeError, match=re.escape(f"{fn}: x must be a floating-point tensor")):
+        feature_map(torch.arange(3))
+    with pytest.raises(
+        ValueError, match=re.escape(f"{fn}: x must have at least 1 dimension; got x.shape=()")
+    ):
+        feature_map(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("order", [-1, 1.5, True, "2"])
+def test_bad_taylor_order(order):
+    expected = f"order must be a non-negative int; got order={order!r}"
+    with pytest.raises(ValueError, match=re.escape(f"taylor: {expected}")):
+        taylor(Q, order=order)
+    with pytest.raises(ValueError, match=re.escape(f"taylor_dim: {expected}")):
+        taylor_dim(3, order)
+
+
+def test_bad_taylor_dim():
+    with pytest.raises(ValueError, match=re.escape("taylor_dim: d must be a non-negative int")):
+        taylor_dim(-1, 2)
+
+
+def test_bad_testing_arguments():
+    with pytest.raises(ValueError, match=re.escape("assert_close: rtol must be a positive")):
+        assert_close(Q, Q, rtol=0)
+    with pytest.raises(ValueError, match=re.escape("random_qkv: n must be a non-negative int")):
+        random_qkv(n=-1, d=3)
+    with pytest.raises(ValueError, match=re.escape("random_qkv: batch[1] must be a non-negative")):
+        random_qkv(2, 1.5, n=3, d=3)
