@@ -3,12 +3,8 @@
 import torch
 
 from linattn_core import softmax_attention
+from linattn_core.calculus import kron, vec
 from linattn_core.testing import assert_close
-
-
-def vec(x):
-    """Column stacking, the vec of the matrix-calculus literature."""
-    return x.mT.reshape(-1)
 
 
 def commutation_matrix(m, n):
@@ -27,7 +23,7 @@ def test_reshape_stacks_rows_and_vec_stacks_columns():
 def test_vec_of_product_is_kronecker():
     g = torch.Generator().manual_seed(0)
     a, x, b = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(4, 3), (3, 5), (5, 2)])
-    assert_close(vec(a @ x @ b), torch.kron(b.mT.contiguous(), a) @ vec(x), rtol=1e-12)
+    assert_close(vec(a @ x @ b), kron(b.mT, a) @ vec(x), rtol=1e-12)
 
 
 def test_commutation_matrix_transposes():

@@ -1,0 +1,198 @@
+"""Check hand-derived derivatives against automatic differentiation (`torch.func`), in float64.
+
+Layouts (chapter 7): ``"tensor"`` gives shape ``S_out + S_in`` (a gradient shaped like the input
+for a scalar f, the numerator-layout Jacobian ``(m, n)`` for vectors, ``J[i, j, k, l] =
+dF_ij/dX_kl`` for matrices); ``"vec"`` gives the matrix ``d vec(F) / d vec(X)`` of shape
+``(F.numel(), X.numel())``, where `vec` stacks columns as in the Kronecker identities.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["GradientCheck", "check_differential", "check_gradient", "jacobian", "kron", "vec"]
+
+
+@dataclass(frozen=True)
+class GradientCheck:
+    """A passed check; `error` is ‖closed − autograd‖_F / ‖autograd‖_F."""
+
+    name: str
+    error: float
+    rtol: float
+
+    def __str__(self) -> str:
+        # The bound, not the error: its last digits vary between machines.
+        return f"✓ {self.name}: relative error < {self.rtol:.0e}"
+
+
+def vec(x: torch.Tensor) -> torch.Tensor:
+    """Column-stacking vectorization `(m, n)` → `(m·n,)` (for any rank: first index fastest).
+
+    PyTorch stores rows contiguously, so ``x.reshape(-1)`` stacks rows: that is vec(Xᵀ).
+
+    >>> vec(torch.tensor([[1, 2], [3, 4]]))
+    tensor([1, 3, 2, 4])
+    """
+    return x.permute(*reversed(range(x.dim()))).reshape(-1)
+
+
+def kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Kronecker product of matrices: `(m, n)`, `(p, q)` → `(m·p, n·q)`, block (i, j) = a_ij b.
+
+    Written out because ``torch.kron`` fails on transposed inputs (pytorch/pytorch#54135).
+
+    >>> kron(torch.eye(2), torch.tensor([[1.0], [2.0]]).T)
+    tensor([[1., 2., 0., 0.],
+            [0., 0., 1., 2.]])
+    """
+    for arg, x in (("a", a), ("b", b)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"kron: {arg} must be a matrix (2-D tensor); got {got}")
+    (m, n), (p, q) = a.shape, b.shape
+    return (a[:, None, :, None] * b[None, :, None, :]).reshape(m * p, n * q)  # (m, p, n, q)
+
+
+def jacobian(f, inputs, *, wrt=0, order=1, layout="tensor") -> torch.Tensor:
+    """Derivative of ``f(*inputs)`` with respect to ``inputs[wrt]`` by reverse-mode autograd.
+
+    ``inputs`` is a tuple of float64 tensors. ``order=2`` gives the Hessian of a scalar-valued
+    ``f``: shape ``S_in + S_in``, or ``(n, n)`` with ``n = inputs[wrt].numel()`` in vec layout.
+
+    >>> A, x, X = (torch.ones(s, dtype=torch.float64) for s in [(2, 3), (3,), (3, 4)])
+    >>> jacobian(lambda x: A @ x, (x,)).shape  # numerator layout (m, n)
+    torch.Size([2, 3])
+    >>> jacobian(lambda X: A @ X, (X,)).shape  # (p, q, m, n)
+    torch.Size([2, 4, 3, 4])
+    >>> jacobian(lambda X: A @ X, (X,), layout="vec").shape  # (p·q, m·n)
+    torch.Size([8, 12])
+    """
+    inputs = _check_inputs("jacobian", inputs)
+    _check_options("jacobian", len(inputs), wrt, order, layout)
+    output = f(*inputs)
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"jacobian: f must return a torch.Tensor; got {type(output).__name__}")
+    if order == 2 and output.dim() != 0:
+        raise ValueError(f"jacobian: order=2 needs a scalar f; got shape {tuple(output.shape)}")
+    derivative = torch.func.jacrev if order == 1 else torch.func.hessian
+    result = derivative(f, argnums=wrt)(*inputs)  # S_out + S_in, or S_in + S_in
+    if layout == "tensor":
+        return result
+    rows, x = (inputs[wrt] if order == 2 else output), inputs[wrt]
+    # vec on both sides: reverse the row axes and the column axes, then flatten row-major
+    axes = [*reversed(range(rows.dim())), *(rows.dim() + i for i in reversed(range(x.dim())))]
+    return result.permute(*axes).reshape(rows.numel(), x.numel())
+
+
+def check_gradient(
+    f,
+    closed_form,
+    shapes=None,
+    *,
+    inputs=None,
+    wrt=0,
+    order=1,
+    layout="tensor",
+    seed=0,
+    rtol=1e-10,
+    name=None,
+) -> GradientCheck:
+    """Compare ``closed_form(*inputs)`` with autograd's derivative of ``f`` by ``inputs[wrt]``.
+
+    Inputs are float64 N(0, 1) draws, one per entry of ``shapes`` (seeded by ``seed``), or the
+    float64 tensors given as ``inputs`` (for restricted domains: log needs x > 0). Returns a
+    `GradientCheck`; raises AssertionError, with the error or both shapes, on a mismatch.
+
+    >>> A, B = torch.randn(3, 4, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    >>> print(check_gradient(lambda X: torch.trace(A @ X @ B), lambda X: A.T @ B.T, [(4, 5)],
+    ...                      name="d tr(AXB)/dX"))
+    ✓ d tr(AXB)/dX: relative error < 1e-10
+    >>> print(check_gradient(lambda A, X: A @ X, lambda A, X: kron(X.T, torch.eye(3).double()),
+    ...                      [(3, 4), (4, 2)], wrt=0, layout="vec", name="d vec(AX)/d vec(A)"))
+    ✓ d vec(AX)/d vec(A): relative error < 1e-10
+    """
+    inputs = _draw("check_gradient", shapes, inputs, seed)
+    _check_common("check_gradient", rtol, f=f, closed_form=closed_form)
+    _check_options("check_gradient", len(inputs), wrt, order, layout)
+    reference = jacobian(f, inputs, wrt=wrt, order=order, layout=layout)
+    name = name or f"d {getattr(f, '__name__', 'f')}/d(input {wrt})"
+    return _compare(name, closed_form(*inputs), reference, rtol, f"autograd ({layout} layout)")
+
+
+def check_differential(
+    f, differential, shapes=None, *, inputs=None, seed=0, rtol=1e-10, name=None
+) -> GradientCheck:
+    """Compare a differential rule with the forward-mode derivative of ``f`` in all inputs.
+
+    ``differential(*inputs, *directions)`` returns dF, the part of F(X + dX) − F(X) linear in
+    the directions dX (one per input, seeded N(0, 1) draws); the reference is `torch.func.jvp`.
+
+    >>> inv = torch.linalg.inv
+    >>> print(check_differential(inv, lambda X, dX: -inv(X) @ dX @ inv(X), [(3, 3)],
+    ...                          name="d(X⁻¹) = −X⁻¹ dX X⁻¹"))
+    ✓ d(X⁻¹) = −X⁻¹ dX X⁻¹: relative error < 1e-10
+    """
+    inputs = _draw("check_differential", shapes, inputs, seed)
+    _check_common("check_differential", rtol, f=f, differential=differential)
+    generator = torch.Generator().manual_seed(seed + 1)
+    directions = tuple(torch.randn(x.shape, generator=generator, dtype=x.dtype) for x in inputs)
+    _, reference = torch.func.jvp(f, inputs, directions)
+    name = name or f"d {getattr(f, '__name__', 'f')}"
+    return _compare(name, differential(*inputs, *directions), reference, rtol, "jvp")
+
+
+def _compare(name, closed, reference, rtol, source) -> GradientCheck:
+    if not isinstance(closed, torch.Tensor):
+        raise TypeError(f"{name}: closed form must return a tensor; got {type(closed).__name__}")
+    if closed.shape != reference.shape:
+        shapes = f"closed form {tuple(closed.shape)}, {source} {tuple(reference.shape)}"
+        raise AssertionError(f"✗ {name}: the shapes differ: {shapes}")
+    scale = reference.norm().clamp_min(torch.finfo(reference.dtype).tiny)
+    error = float((closed.to(reference.dtype) - reference).norm() / scale)
+    if not error < rtol:  # this way round, NaN fails too
+        raise AssertionError(f"✗ {name}: relative error {error:.3e} > rtol {rtol:.0e} ({source})")
+    return GradientCheck(name, error, rtol)
+
+
+def _draw(fn, shapes, inputs, seed) -> tuple[torch.Tensor, ...]:
+    if (shapes is None) == (inputs is None):
+        raise ValueError(f"{fn}: give exactly one of shapes (random inputs) or inputs (tensors)")
+    if inputs is not None:
+        return _check_inputs(fn, inputs)
+    if not isinstance(shapes, list | tuple) or not shapes:
+        raise ValueError(f"{fn}: shapes must be a non-empty list of shapes; got shapes={shapes!r}")
+    for shape in shapes:
+        if not (isinstance(shape, tuple | list) and all(type(s) is int and s > 0 for s in shape)):
+            raise ValueError(f"{fn}: each shape must be a tuple of positive ints; got {shape!r}")
+    if type(seed) is not int:
+        raise TypeError(f"{fn}: seed must be an int; got seed={seed!r}")
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(tuple(s), generator=generator, dtype=torch.float64) for s in shapes)
+
+
+def _check_inputs(fn, inputs) -> tuple[torch.Tensor, ...]:
+    if not isinstance(inputs, list | tuple) or not inputs:
+        raise ValueError(f"{fn}: inputs must be a non-empty tuple of tensors; got {inputs!r}")
+    for i, x in enumerate(inputs):
+        if not (isinstance(x, torch.Tensor) and x.dtype == torch.float64):
+            got = f"dtype={x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{fn}: inputs[{i}] must be a float64 tensor; got {got}")
+    return tuple(inputs)
+
+
+def _check_common(fn, rtol, **functions) -> None:
+    if isinstance(rtol, bool) or not isinstance(rtol, float | int) or not rtol > 0:
+        raise ValueError(f"{fn}: rtol must be a positive number; got rtol={rtol!r}")
+    for argument, value in functions.items():
+        if not callable(value):
+            raise TypeError(f"{fn}: {argument} must be callable; got {type(value).__name__}")
+
+
+def _check_options(fn, n_inputs, wrt, order, layout) -> None:
+    if type(wrt) is not int or not 0 <= wrt < n_inputs:
+        raise ValueError(f"{fn}: wrt must be an int in [0, {n_inputs}); got wrt={wrt!r}")
+    if type(order) is not int or order not in (1, 2):
+        raise ValueError(f"{fn}: order must be 1 (Jacobian) or 2 (Hessian); got order={order!r}")
+    if layout not in ("tensor", "vec"):
+        raise ValueError(f"{fn}: layout must be 'tensor' or 'vec'; got layout={layout!r}")
