@@ -84,7 +84,8 @@ unit: venv
 	$(BIN)/pytest -m "not book" --doctest-modules linattn_core tests
 
 nbval: venv
-	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters
+	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	    -n 2 --dist loadfile chapters
 
 browser: venv
 	$(BIN)/pytest -m book tests/book
