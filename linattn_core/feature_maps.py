@@ -87,7 +87,9 @@ def taylor(x, order=2):
     check_non_negative_int("taylor", "order", order)
     indices, weights = _monomials(x.shape[-1], order)  # (D, order), (D,)
     padded = torch.cat([x, x.new_ones(*x.shape[:-1], 1)], dim=-1)  # (..., d + 1)
-    return padded[..., indices.to(x.device)].prod(dim=-1) * weights.to(x)  # (..., D)
+    # one flat gather is several times faster than advanced indexing with a (D, order) index
+    factors = padded.index_select(-1, indices.flatten().to(x.device))  # (..., D * order)
+    return factors.unflatten(-1, indices.shape).prod(dim=-1) * weights.to(x)  # (..., D)
 
 
 def taylor_dim(d, order):
