@@ -1,0 +1,306 @@
+"""The delta rule and the "diagonal + masked low-rank" triangular systems behind it.
+
+DeltaNet's state S_t ∈ R^{d_v×d_k} corrects its prediction S_{t-1}k_t of the value v_t:
+
+    S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t.
+
+Unrolled over a chunk of tokens, the corrections u_t = β_t (v_t − S_{t-1} k_t) solve the lower
+triangular system (I + diag(β) tril(K Kᵀ, −1)) U = diag(β)(V − K S_0ᵀ). Systems of this shape,
+
+    T = diag(λ) + tril(Q Kᵀ, −1),        Q, K ∈ R^{n×d},  n ≫ d,
+
+are cheap although T is full below the diagonal: the strictly lower part is low rank before
+the mask, so a running d×(...) summary of the rows already solved replaces T's rows.
+
+- `triangular_inverse`: T⁻¹ in O(n²d), caching Z = K_{[:l]}ᵀ (T⁻¹)_{[:l,:l]} `(d, l)`;
+- `triangular_solve`: T⁻¹V in O(n d (c + d_v)), caching H = K_{[:l]}ᵀ (T⁻¹V)_{[:l]} `(d, d_v)`
+  and building only T's c×c diagonal blocks;
+- `delta_rule`: the recurrence token by token ("recurrent"), or chunk by chunk with the chunk's
+  triangular system solved for all chunks at once (the UT / WY form, "chunked").
+"""
+
+import torch
+import torch.nn.functional as F
+
+from linattn_core._validation import (
+    check_attention_inputs,
+    check_choice,
+    check_positive_int,
+    check_tensor,
+)
+
+METHODS = ("recurrent", "chunked")
+
+
+def triangular_inverse(q, k, diag, *, chunk_size=64):
+    """T⁻¹ for T = diag(diag) + tril(q kᵀ, −1), by the chunked low-rank recursion.
+
+    Chunk by chunk (rows l, ..., l + c − 1), with Z = K_{[:l]}ᵀ (T⁻¹)_{[:l,:l]} `(d, l)`:
+
+        (T⁻¹)_{cc} = (T_{cc})⁻¹                        (a c×c triangular inverse)
+        (T⁻¹)_{c,:l} = −(T_{cc})⁻¹ Q_c Z
+        Z ← [Z, 0] + K_cᵀ (T⁻¹)_{c,:l+c}
+
+    O(n² d + n c²) time; T itself is never formed and no general inverse is taken.
+
+    Args:
+        q, k: the factors of the strictly lower part `(..., n, d)`.
+        diag: the diagonal λ `(..., n)`; every entry must be nonzero (T is singular otherwise).
+        chunk_size: rows per step (positive int); any value gives the same T⁻¹.
+
+    Returns:
+        T⁻¹ `(..., n, n)`, lower triangular with diagonal 1/λ.
+
+    >>> from linattn_core.testing import random_qkv, relative_error
+    >>> q, k, _ = random_qkv(n=10, d=3)
+    >>> diag = torch.full((10,), 2.0, dtype=torch.float64)
+    >>> inverse = triangular_inverse(q, k, diag, chunk_size=4)
+    >>> T = torch.diag(diag) + (q @ k.mT).tril(-1)
+    >>> relative_error(inverse @ T, torch.eye(10, dtype=torch.float64)) < 1e-12
+    True
+    """
+    fn = "triangular_inverse"
+    _check_system(fn, q, k, diag)
+    check_positive_int(fn, "chunk_size", chunk_size)
+    n, d = q.shape[-2:]
+    if n == 0:
+        return q.new_zeros(*q.shape[:-1], 0)  # (..., 0, 0)
+    chunk_size = min(chunk_size, n)
+    q_chunks, k_chunks = _split_chunks(q, chunk_size), _split_chunks(k, chunk_size)
+    diag_chunks = _split_chunks(diag[..., None], chunk_size, fill=1.0)[..., 0]  # (..., m, C)
+    blocks = _diagonal_blocks(q_chunks, k_chunks, diag_chunks)  # (..., m, C, C)
+    identity = torch.eye(chunk_size, dtype=q.dtype, device=q.device)  # (C, C)
+    block_inverses = torch.linalg.solve_triangular(blocks, identity, upper=False)  # (..., m, C, C)
+    solved_q = block_inverses @ q_chunks  # (T_cc)⁻¹ Q_c  (..., m, C, d)
+    padded_n = q_chunks.shape[-3] * chunk_size
+    inverse = q.new_zeros(*q.shape[:-2], padded_n, padded_n)  # (..., m C, m C)
+    cache = q.new_zeros(*q.shape[:-2], d, 0)  # Z = K_{[:l]}ᵀ (T⁻¹)_{[:l,:l]}  (..., d, l)
+    for i, start in enumerate(range(0, padded_n, chunk_size)):
+        left = -solved_q[..., i, :, :] @ cache  # (..., C, l)
+        row = torch.cat([left, block_inverses[..., i, :, :]], dim=-1)  # (..., C, l + C)
+        cache = F.pad(cache, (0, chunk_size)) + k_chunks[..., i, :, :].mT @ row  # (..., d, l + C)
+        end = start + chunk_size
+        inverse[..., start:end, :end] = row  # rows [l, l + C) of T⁻¹
+    return inverse[..., :n, :n]  # (..., n, n)
+
+
+def triangular_solve(q, k, diag, v, *, chunk_size=64):
+    """X = T⁻¹ v for T = diag(diag) + tril(q kᵀ, −1), without forming T or any n×n matrix.
+
+    Chunk by chunk, with H = K_{[:l]}ᵀ X_{[:l]} `(d, d_v)` summarizing the rows solved so far:
+
+        X_c = (T_{cc})⁻¹ (V_c − Q_c H),        H ← H + K_cᵀ X_c.
+
+    Only T's c×c diagonal blocks are built; (T_{cc})⁻¹V_c and (T_{cc})⁻¹Q_c are solved for all
+    chunks at once, so the sequential part is d×d_v-sized. O(n c (d + d_v) + n d d_v) time,
+    O(n (c + d + d_v)) memory.
+
+    Args:
+        q, k: the factors of the strictly lower part `(..., n, d)`.
+        diag: the diagonal λ `(..., n)`; every entry must be nonzero (T is singular otherwise).
+        v: right-hand sides `(..., n, d_v)`.
+        chunk_size: rows per step (positive int); any value gives the same X.
+
+    Returns:
+        X `(..., n, d_v)` with T X = v.
+
+    >>> from linattn_core.testing import random_qkv, relative_error
+    >>> q, k, v = random_qkv(2, n=100, d=4, d_v=3)
+    >>> diag = torch.ones(2, 100, dtype=torch.float64)
+    >>> x = triangular_solve(q / 4, k / 4, diag, v, chunk_size=16)
+    >>> T = torch.diag_embed(diag) + (q @ k.mT / 16).tril(-1)
+    >>> relative_error(T @ x, v) < 1e-12
+    True
+    """
+    fn = "triangular_solve"
+    _check_system(fn, q, k, diag)
+    check_tensor(fn, "v", v, min_rank=2)
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(
+            f"{fn}: v must have shape (..., n, d_v) with (..., n) = q.shape[:-1]; "
+            f"got q.shape={tuple(q.shape)}, v.shape={tuple(v.shape)}"
+        )
+    _check_dtype_and_device(fn, q, v=v)
+    check_positive_int(fn, "chunk_size", chunk_size)
+    return _triangular_solve(q, k, diag, v, chunk_size=chunk_size)
+
+
+def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_state=None):
+    """The delta rule (DeltaNet's recurrence) over a sequence, as a recurrence or chunk by chunk.
+
+        S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t,
+
+    with S_0 = `initial_state` (zeros if None); q is not scaled.
+
+    Methods:
+        "recurrent" one token at a time: O(N d_k d_v) time, an O(d_k d_v) state;
+        "chunked"   for a chunk of C tokens with state S_0 at its start, the corrections
+                    U = (u_t), u_t = β_t (v_t − S_{t-1} k_t), are U = Ũ − W S_0ᵀ, where
+                    W = A diag(β) K and Ũ = A diag(β) V with A = (I + diag(β) tril(K Kᵀ, −1))⁻¹
+                    (the UT transform; Π_t (I − β_t k_t k_tᵀ) = I − Wᵀ K is the WY form).
+                    W and Ũ come from one triangular solve for all chunks at once; then chunk
+                    by chunk O = Q S_0ᵀ + tril(Q Kᵀ) U and S_C = S_0 + Uᵀ K.
+                    O(N C (d_k + d_v) + N d_k d_v) time in matrix products.
+
+    Args:
+        q, k: queries and keys `(..., N, d_k)` (DeltaNet normalizes keys to unit length).
+        v: values `(..., N, d_v)`.
+        beta: learning rates β_t `(..., N)` (DeltaNet: in (0, 1)).
+        method: "recurrent" or "chunked".
+        chunk_size: tokens per chunk of "chunked" (positive int); N need not be a multiple.
+        initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
+
+    Returns:
+        (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`.
+
+    >>> from linattn_core.testing import random_qkv, relative_error
+    >>> q, k, v = random_qkv(2, n=50, d=4, d_v=3)
+    >>> k = k / k.norm(dim=-1, keepdim=True)
+    >>> beta = torch.full((2, 50), 0.5, dtype=torch.float64)
+    >>> o, state = delta_rule(q, k, v, beta)
+    >>> o.shape, state.shape
+    (torch.Size([2, 50, 3]), torch.Size([2, 3, 4]))
+    >>> o_chunked, state_chunked = delta_rule(q, k, v, beta, method="chunked", chunk_size=16)
+    >>> relative_error(o_chunked, o) < 1e-12 and relative_error(state_chunked, state) < 1e-12
+    True
+    """
+    fn = "delta_rule"
+    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
+    check_tensor(fn, "beta", beta, min_rank=1)
+    if beta.shape != q.shape[:-1]:
+        raise ValueError(
+            f"{fn}: beta must have shape q.shape[:-1] = (..., N); "
+            f"got q.shape={tuple(q.shape)}, beta.shape={tuple(beta.shape)}"
+        )
+    _check_dtype_and_device(fn, q, beta=beta)
+    check_choice(fn, "method", method, METHODS)
+    check_positive_int(fn, "chunk_size", chunk_size)
+    state_shape = (*q.shape[:-2], v.shape[-1], q.shape[-1])
+    if initial_state is None:
+        initial_state = q.new_zeros(state_shape)
+    else:
+        check_tensor(fn, "initial_state", initial_state, min_rank=2)
+        if initial_state.shape != state_shape:
+            raise ValueError(
+                f"{fn}: initial_state must have shape (..., d_v, d_k) = {state_shape}; "
+                f"got initial_state.shape={tuple(initial_state.shape)}"
+            )
+        _check_dtype_and_device(fn, q, initial_state=initial_state)
+    if q.shape[-2] == 0:
+        return v.new_zeros(v.shape), initial_state
+    if method == "recurrent":
+        return _delta_recurrent(q, k, v, beta, initial_state)
+    return _delta_chunked(q, k, v, beta, initial_state, chunk_size=chunk_size)
+
+
+def _triangular_solve(q, k, diag, v, *, chunk_size):
+    """`triangular_solve` without the input checks (the delta rule calls it with diag = 1)."""
+    n, d = q.shape[-2:]
+    if n == 0:
+        return v.new_zeros(v.shape)
+    chunk_size = min(chunk_size, n)
+    q_chunks, k_chunks, v_chunks = (_split_chunks(x, chunk_size) for x in (q, k, v))
+    diag_chunks = _split_chunks(diag[..., None], chunk_size, fill=1.0)[..., 0]  # (..., m, C)
+    blocks = _diagonal_blocks(q_chunks, k_chunks, diag_chunks)  # (..., m, C, C)
+    solved = torch.linalg.solve_triangular(
+        blocks, torch.cat([v_chunks, q_chunks], dim=-1), upper=False
+    )  # (..., m, C, d_v + d)
+    solved_v, solved_q = solved.split([v.shape[-1], d], dim=-1)  # (T_cc)⁻¹V_c, (T_cc)⁻¹Q_c
+    cache = v.new_zeros(*v.shape[:-2], d, v.shape[-1])  # H = K_{[:l]}ᵀ X_{[:l]}  (..., d, d_v)
+    x_chunks = []
+    for i in range(q_chunks.shape[-3]):
+        x = solved_v[..., i, :, :] - solved_q[..., i, :, :] @ cache  # (..., C, d_v)
+        cache = cache + k_chunks[..., i, :, :].mT @ x  # (..., d, d_v)
+        x_chunks.append(x)
+    return torch.cat(x_chunks, dim=-2)[..., :n, :]  # (..., n, d_v)
+
+
+def _delta_recurrent(q, k, v, beta, state):
+    """S_t = S_{t-1} + β_t (v_t − S_{t-1}k_t) k_tᵀ out of place, so autograd sees every step."""
+    outputs = []
+    for t in range(q.shape[-2]):
+        k_t = k[..., t, :]  # (..., d_k)
+        error = v[..., t, :] - (state @ k_t[..., None])[..., 0]  # v_t − S_{t-1}k_t  (..., d_v)
+        update = (beta[..., t, None] * error)[..., :, None] * k_t[..., None, :]  # (..., d_v, d_k)
+        state = state + update
+        outputs.append((state @ q[..., t, :, None])[..., 0])  # (..., d_v)
+    return torch.stack(outputs, dim=-2), state  # (..., N, d_v), (..., d_v, d_k)
+
+
+def _delta_chunked(q, k, v, beta, state, *, chunk_size):
+    """The UT / WY form: W and Ũ for every chunk in one solve, then a loop over chunks.
+
+    Padded tokens have k = 0 and β = 0: their rows of the system are rows of I with a zero
+    right-hand side, so their corrections are 0 and they change neither outputs nor state.
+    """
+    n, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
+    chunk_size = min(chunk_size, n)
+    q_chunks, k_chunks, v_chunks = (_split_chunks(x, chunk_size) for x in (q, k, v))
+    beta_chunks = _split_chunks(beta[..., None], chunk_size)  # (..., m, C, 1)
+    # (I + diag(β) tril(K Kᵀ, −1)) [W, Ũ] = diag(β) [K, V], one C×C system per chunk
+    rhs = beta_chunks * torch.cat([k_chunks, v_chunks], dim=-1)  # (..., m, C, d_k + d_v)
+    ones = torch.ones_like(beta_chunks[..., 0])  # (..., m, C)
+    solved = _triangular_solve(beta_chunks * k_chunks, k_chunks, ones, rhs, chunk_size=chunk_size)
+    w, u_free = solved.split([d_k, d_v], dim=-1)  # (..., m, C, d_k), (..., m, C, d_v)
+    scores = (q_chunks @ k_chunks.mT).tril()  # q_t·k_i for i ≤ t  (..., m, C, C)
+    outputs = []
+    for i in range(q_chunks.shape[-3]):
+        u = u_free[..., i, :, :] - w[..., i, :, :] @ state.mT  # corrections U  (..., C, d_v)
+        outputs.append(q_chunks[..., i, :, :] @ state.mT + scores[..., i, :, :] @ u)
+        state = state + u.mT @ k_chunks[..., i, :, :]  # (..., d_v, d_k)
+    return torch.cat(outputs, dim=-2)[..., :n, :], state  # (..., N, d_v), (..., d_v, d_k)
+
+
+def _diagonal_blocks(q_chunks, k_chunks, diag_chunks):
+    """T's diagonal blocks diag(λ_c) + tril(Q_c K_cᵀ, −1) for all chunks. `(..., m, C, C)`"""
+    strictly_lower = (q_chunks @ k_chunks.mT).tril(-1)  # (..., m, C, C)
+    return torch.diagonal_scatter(strictly_lower, diag_chunks, dim1=-2, dim2=-1)
+
+
+def _split_chunks(x, chunk_size, fill=0.0):
+    """(..., n, f) -> (..., m, C, f), padding n up to a multiple of C with rows of `fill`.
+
+    With q = k = 0 and λ = 1 the padded rows add an identity block to T, which leaves the
+    solution of the original rows unchanged; they are cut off at the end.
+    """
+    n_chunks = -(-x.shape[-2] // chunk_size)
+    padded = F.pad(x, (0, 0, 0, n_chunks * chunk_size - x.shape[-2]), value=fill)
+    return padded.unflatten(-2, (n_chunks, chunk_size))
+
+
+def _check_system(fn, q, k, diag):
+    """q, k `(..., n, d)` of equal shape and diag `(..., n)` without zeros."""
+    check_tensor(fn, "q", q, min_rank=2)
+    check_tensor(fn, "k", k, min_rank=2)
+    check_tensor(fn, "diag", diag, min_rank=1)
+    if k.shape != q.shape:
+        raise ValueError(
+            f"{fn}: k must have the same shape as q; "
+            f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+        )
+    if diag.shape != q.shape[:-1]:
+        raise ValueError(
+            f"{fn}: diag must have shape q.shape[:-1] = (..., n); "
+            f"got q.shape={tuple(q.shape)}, diag.shape={tuple(diag.shape)}"
+        )
+    _check_dtype_and_device(fn, q, k=k, diag=diag)
+    zeros = (diag == 0).nonzero()
+    if len(zeros):
+        raise ValueError(
+            f"{fn}: diag must have no zero entries (T is singular otherwise); "
+            f"got {len(zeros)} zero(s), the first at index {tuple(zeros[0].tolist())}"
+        )
+
+
+def _check_dtype_and_device(fn, q, **tensors):
+    for name, x in tensors.items():
+        if x.dtype != q.dtype:
+            raise TypeError(
+                f"{fn}: {name} must have the same dtype as q; "
+                f"got q.dtype={q.dtype}, {name}.dtype={x.dtype}"
+            )
+        if x.device != q.device:
+            raise ValueError(
+                f"{fn}: {name} must be on the same device as q; "
+                f"got q.device={q.device}, {name}.device={x.device}"
+            )

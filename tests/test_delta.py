@@ -1,0 +1,392 @@
+"""linattn_core.delta: the triangular inverse and solve against dense float64 references built
+from T, and both delta-rule methods against a token-by-token loop: outputs, final states,
+gradients, odd shapes, bad inputs, and the O(n) memory of `triangular_solve`."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from linattn_core.delta import delta_rule, triangular_inverse, triangular_solve
+from linattn_core.testing import assert_close
+
+RTOL = 1e-10
+
+# (batch, n, d, d_v, chunk_size): chunks that divide n, that do not, chunk = 1, chunk > n, n = 1
+SHAPES = [
+    ((), 32, 4, 3, 8),
+    ((), 37, 4, 3, 8),
+    ((3,), 16, 5, 5, 4),
+    ((2, 3), 10, 3, 6, 4),
+    ((), 1, 3, 2, 64),
+    ((2,), 5, 4, 3, 64),
+    ((2,), 7, 3, 2, 1),
+    ((), 50, 1, 1, 7),
+]
+
+
+def random_system(*batch, n, d, d_v=2, seed=0, negative_diag=True):
+    """q, k (scaled so that T stays well conditioned), a diagonal away from 0, right-hand sides.
+
+    With negative_diag the diagonal has entries of both signs, |λ_i| ∈ [0.5, 2].
+    """
+    generator = torch.Generator().manual_seed(seed)
+    draw = {"generator": generator, "dtype": torch.float64}
+    q = torch.randn(*batch, n, d, **draw) / (2 * d**0.5)  # (*batch, n, d)
+    k = torch.randn(*batch, n, d, **draw) / (2 * d**0.5)  # (*batch, n, d)
+    diag = 0.5 + 1.5 * torch.rand(*batch, n, **draw)  # (*batch, n)
+    if negative_diag:
+        diag = diag * torch.where(torch.rand(*batch, n, **draw) < 0.5, -1.0, 1.0)
+    v = torch.randn(*batch, n, d_v, **draw)  # (*batch, n, d_v)
+    return q, k, diag, v
+
+
+def dense_T(q, k, diag):
+    """T = diag(λ) + tril(q kᵀ, −1), built explicitly. `(..., n, n)`"""
+    return torch.diag_embed(diag) + (q @ k.mT).tril(-1)
+
+
+def random_delta_inputs(*batch, n, d_k, d_v, seed=0):
+    """DeltaNet-style inputs: unit keys, β ∈ (0, 1), and an initial state."""
+    generator = torch.Generator().manual_seed(seed)
+    draw = {"generator": generator, "dtype": torch.float64}
+    q = torch.randn(*batch, n, d_k, **draw)
+    k = torch.randn(*batch, n, d_k, **draw)
+    k = k / k.norm(dim=-1, keepdim=True)
+    v = torch.randn(*batch, n, d_v, **draw)
+    beta = torch.rand(*batch, n, **draw)
+    state = torch.randn(*batch, d_v, d_k, **draw)
+    return q, k, v, beta, state
+
+
+def delta_rule_loop(q, k, v, beta, state):
+    """S_t = S_{t-1} + β_t (v_t − S_{t-1}k_t) k_tᵀ, o_t = S_t q_t: one sequence, one token at a
+    time, written independently of the package."""
+    outputs = []
+    for q_t, k_t, v_t, beta_t in zip(q, k, v, beta, strict=True):
+        state = state + beta_t * torch.outer(v_t - state @ k_t, k_t)
+        outputs.append(state @ q_t)
+    return torch.stack(outputs), state
+
+
+def delta_rule_reference(q, k, v, beta, state):
+    """`delta_rule_loop` over every leading batch index."""
+    batch = q.shape[:-2]
+    flat = [x.reshape(-1, *x.shape[len(batch) :]) for x in (q, k, v, beta, state)]
+    results = [delta_rule_loop(*args) for args in zip(*flat, strict=True)]
+    outputs = torch.stack([o for o, _ in results]).reshape(*batch, *v.shape[-2:])
+    states = torch.stack([s for _, s in results]).reshape(state.shape)
+    return outputs, states
+
+
+# --- triangular_inverse and triangular_solve ------------------------------------------------
+
+
+@pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), SHAPES)
+def test_triangular_inverse_matches_dense_inverse(batch, n, d, d_v, chunk_size):
+    q, k, diag, _ = random_system(*batch, n=n, d=d)
+    T = dense_T(q, k, diag)
+    inverse = triangular_inverse(q, k, diag, chunk_size=chunk_size)
+    identity = torch.eye(n, dtype=torch.float64).expand_as(T)
+    assert_close(inverse, torch.linalg.inv(T), rtol=RTOL, name="vs inv")
+    expected = torch.linalg.solve_triangular(T, identity, upper=False)
+    assert_close(inverse, expected, rtol=RTOL, name="vs solve_triangular")
+    assert bool((inverse.triu(1) == 0).all()), "T⁻¹ must be lower triangular"
+
+
+@pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), SHAPES)
+def test_triangular_solve_matches_dense_solve(batch, n, d, d_v, chunk_size):
+    q, k, diag, v = random_system(*batch, n=n, d=d, d_v=d_v)
+    x = triangular_solve(q, k, diag, v, chunk_size=chunk_size)
+    expected = torch.linalg.solve_triangular(dense_T(q, k, diag), v, upper=False)
+    assert_close(x, expected, rtol=RTOL)
+
+
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    n=st.integers(1, 48),
+    d=st.integers(1, 6),
+    d_v=st.integers(1, 5),
+    chunk_size=st.integers(1, 64),
+    negative_diag=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_inverse_and_solve_on_random_shapes(batch, n, d, d_v, chunk_size, negative_diag, seed):
+    q, k, diag, v = random_system(*batch, n=n, d=d, d_v=d_v, seed=seed, negative_diag=negative_diag)
+    T = dense_T(q, k, diag)
+    expected = torch.linalg.solve_triangular(T, v, upper=False)
+    assert_close(triangular_solve(q, k, diag, v, chunk_size=chunk_size), expected, rtol=RTOL)
+    inverse = triangular_inverse(q, k, diag, chunk_size=chunk_size)
+    assert_close(inverse @ v, expected, rtol=RTOL)
+
+
+def test_every_chunk_size_gives_the_same_answer():
+    q, k, diag, v = random_system(2, n=29, d=3, d_v=4, seed=3)
+    inverse = triangular_inverse(q, k, diag, chunk_size=29)
+    solution = triangular_solve(q, k, diag, v, chunk_size=29)
+    for chunk_size in (1, 2, 5, 28, 100):
+        assert_close(triangular_inverse(q, k, diag, chunk_size=chunk_size), inverse, rtol=1e-12)
+        assert_close(triangular_solve(q, k, diag, v, chunk_size=chunk_size), solution, rtol=1e-12)
+
+
+def test_inverse_diagonal_is_reciprocal_of_diag():
+    q, k, diag, _ = random_system(n=20, d=3, seed=4)
+    inverse = triangular_inverse(q, k, diag, chunk_size=6)
+    assert_close(torch.diagonal(inverse, dim1=-2, dim2=-1), 1 / diag, rtol=1e-14)
+
+
+def test_general_diagonal_with_zero_factors_is_diagonal_inverse():
+    _, _, diag, v = random_system(3, n=9, d=2, seed=5)
+    zeros = torch.zeros(3, 9, 2, dtype=torch.float64)
+    assert_close(triangular_inverse(zeros, zeros, diag), torch.diag_embed(1 / diag), rtol=1e-15)
+    assert_close(triangular_solve(zeros, zeros, diag, v), v / diag[..., None], rtol=1e-15)
+
+
+def test_float32_inputs_stay_float32_and_accurate():
+    q, k, diag, v = random_system(n=200, d=8, d_v=4, seed=6)
+    expected = triangular_solve(q, k, diag, v)
+    x32 = triangular_solve(q.float(), k.float(), diag.float(), v.float(), chunk_size=32)
+    assert x32.dtype == torch.float32
+    assert_close(x32, expected, rtol=1e-5)
+    inverse32 = triangular_inverse(q.float(), k.float(), diag.float(), chunk_size=32)
+    assert inverse32.dtype == torch.float32
+    assert_close(inverse32, triangular_inverse(q, k, diag), rtol=1e-5)
+
+
+def test_empty_sequence():
+    q, k, diag, v = random_system(2, n=0, d=3, d_v=4)
+    assert triangular_inverse(q, k, diag).shape == (2, 0, 0)
+    assert triangular_solve(q, k, diag, v).shape == (2, 0, 4)
+
+
+def test_inverse_and_solve_gradients():
+    q, k, diag, v = random_system(n=7, d=2, d_v=2, seed=7)
+    inputs = tuple(x.clone().requires_grad_() for x in (q, k, diag, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, diag, v: triangular_solve(q, k, diag, v, chunk_size=3), inputs
+    )
+    assert torch.autograd.gradcheck(
+        lambda q, k, diag: triangular_inverse(q, k, diag, chunk_size=3), inputs[:3], fast_mode=True
+    )
+
+
+def test_zero_on_the_diagonal_is_an_error():
+    q, k, diag, v = random_system(2, n=6, d=2)
+    diag[1, 4] = 0.0
+    with pytest.raises(ValueError, match=r"triangular_inverse: diag .* zero .* index \(1, 4\)"):
+        triangular_inverse(q, k, diag)
+    with pytest.raises(ValueError, match=r"triangular_solve: diag must have no zero entries"):
+        triangular_solve(q, k, diag, v)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda q, k, diag, v: (q, k[..., :2], diag, v), ValueError, "k must have the same shape"),
+        (lambda q, k, diag, v: (q, k, diag[..., :4], v), ValueError, r"diag must have shape"),
+        (lambda q, k, diag, v: (q, k, diag, v[..., :4, :]), ValueError, "v must have shape"),
+        (lambda q, k, diag, v: (q, k.float(), diag, v), TypeError, "k must have the same dtype"),
+        (lambda q, k, diag, v: (q, k, diag.float(), v), TypeError, "diag must have the same"),
+        (lambda q, k, diag, v: (q, k, diag, v.float()), TypeError, "v must have the same dtype"),
+        (lambda q, k, diag, v: (q.long(), k, diag, v), TypeError, "q must be a floating-point"),
+        (lambda q, k, diag, v: (q[0, 0], k, diag, v), ValueError, "q must have at least 2"),
+        (lambda q, k, diag, v: (q, k, diag, v.tolist()), TypeError, "v must be a torch.Tensor"),
+    ],
+)
+def test_triangular_solve_rejects_bad_inputs(change, error, match):
+    args = change(*random_system(2, n=5, d=3, d_v=2))
+    with pytest.raises(error, match=f"triangular_solve: {match}"):
+        triangular_solve(*args)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -1, 2.5, True, None])
+def test_bad_chunk_size_is_an_error(chunk_size):
+    q, k, diag, v = random_system(n=5, d=3)
+    with pytest.raises(ValueError, match="triangular_inverse: chunk_size must be a positive int"):
+        triangular_inverse(q, k, diag, chunk_size=chunk_size)
+    with pytest.raises(ValueError, match="triangular_solve: chunk_size must be a positive int"):
+        triangular_solve(q, k, diag, v, chunk_size=chunk_size)
+
+
+# --- delta_rule ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["recurrent", "chunked"])
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize(("batch", "n", "d_k", "d_v", "chunk_size"), SHAPES)
+def test_delta_rule_matches_token_loop(batch, n, d_k, d_v, chunk_size, with_state, method):
+    q, k, v, beta, state = random_delta_inputs(*batch, n=n, d_k=d_k, d_v=d_v)
+    if not with_state:
+        state = torch.zeros_like(state)
+    expected_o, expected_state = delta_rule_reference(q, k, v, beta, state)
+    o, final_state = delta_rule(
+        q,
+        k,
+        v,
+        beta,
+        method=method,
+        chunk_size=chunk_size,
+        initial_state=state if with_state else None,
+    )
+    assert_close(o, expected_o, rtol=RTOL, name=f"{method} outputs")
+    assert_close(final_state, expected_state, rtol=RTOL, name=f"{method} state")
+
+
+@given(
+    batch=st.lists(st.integers(1, 2), max_size=2),
+    n=st.integers(1, 40),
+    d_k=st.integers(1, 5),
+    d_v=st.integers(1, 4),
+    chunk_size=st.integers(1, 48),
+    seed=st.integers(0, 2**16),
+)
+def test_delta_rule_methods_agree_on_random_shapes(batch, n, d_k, d_v, chunk_size, seed):
+    q, k, v, beta, state = random_delta_inputs(*batch, n=n, d_k=d_k, d_v=d_v, seed=seed)
+    o, final_state = delta_rule(q, k, v, beta, initial_state=state)
+    o_chunked, state_chunked = delta_rule(
+        q, k, v, beta, method="chunked", chunk_size=chunk_size, initial_state=state
+    )
+    assert_close(o_chunked, o, rtol=RTOL)
+    assert_close(state_chunked, final_state, rtol=RTOL)
+
+
+def test_delta_rule_unnormalized_keys_and_large_beta():
+    # the recurrence is defined for any keys and rates; the chunked form must still agree
+    q, k, v, _, state = random_delta_inputs(2, n=24, d_k=3, d_v=2, seed=8)
+    k = 0.7 * k * torch.arange(1, 25, dtype=torch.float64)[:, None] ** 0.25
+    beta = torch.linspace(-0.5, 1.9, 24, dtype=torch.float64).expand(2, 24)
+    expected_o, expected_state = delta_rule_reference(q, k, v, beta, state)
+    o, final_state = delta_rule(q, k, v, beta, method="chunked", chunk_size=5, initial_state=state)
+    assert_close(o, expected_o, rtol=1e-9)
+    assert_close(final_state, expected_state, rtol=1e-9)
+
+
+def test_delta_rule_chunks_continue_from_the_state():
+    # running two halves with the state handed over equals one run
+    q, k, v, beta, state = random_delta_inputs(n=30, d_k=4, d_v=3, seed=9)
+    o, final_state = delta_rule(q, k, v, beta, method="chunked", chunk_size=8, initial_state=state)
+    o_1, state_1 = delta_rule(q[:13], k[:13], v[:13], beta[:13], initial_state=state)
+    o_2, state_2 = delta_rule(
+        q[13:], k[13:], v[13:], beta[13:], method="chunked", initial_state=state_1
+    )
+    assert_close(torch.cat([o_1, o_2]), o, rtol=RTOL)
+    assert_close(state_2, final_state, rtol=RTOL)
+
+
+def test_delta_rule_with_beta_one_and_unit_key_writes_the_value():
+    q, k, v, _, state = random_delta_inputs(n=1, d_k=4, d_v=3, seed=10)
+    _, final_state = delta_rule(q, k, v, torch.ones(1, dtype=torch.float64), initial_state=state)
+    assert_close(final_state @ k[0], v[0], rtol=1e-14)
+
+
+def test_delta_rule_empty_sequence_returns_the_initial_state():
+    q, k, v, beta, state = random_delta_inputs(2, n=0, d_k=3, d_v=4)
+    for method in ("recurrent", "chunked"):
+        o, final_state = delta_rule(q, k, v, beta, method=method, initial_state=state)
+        assert o.shape == (2, 0, 4)
+        assert torch.equal(final_state, state)
+        _, zero_state = delta_rule(q, k, v, beta, method=method)
+        assert torch.equal(zero_state, torch.zeros(2, 4, 3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("method", ["recurrent", "chunked"])
+def test_delta_rule_gradients(method):
+    inputs = tuple(
+        x.clone().requires_grad_() for x in random_delta_inputs(n=5, d_k=2, d_v=2, seed=11)
+    )
+
+    def run(q, k, v, beta, state):  # chunks of 2: two full chunks and a padded one
+        return delta_rule(q, k, v, beta, method=method, chunk_size=2, initial_state=state)
+
+    assert torch.autograd.gradcheck(run, inputs)
+
+
+def test_delta_rule_float32():
+    q, k, v, beta, state = random_delta_inputs(2, n=100, d_k=8, d_v=4, seed=12)
+    expected_o, _ = delta_rule(q, k, v, beta, initial_state=state)
+    args32 = (x.float() for x in (q, k, v, beta))
+    o, final_state = delta_rule(
+        *args32, method="chunked", chunk_size=16, initial_state=state.float()
+    )
+    assert o.dtype == final_state.dtype == torch.float32
+    assert_close(o, expected_o, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda q, k, v, b, s: ((q, k, v, b[..., :3]), {}), ValueError, "beta must have shape"),
+        (lambda q, k, v, b, s: ((q, k, v, b.float()), {}), TypeError, "beta must have the same"),
+        (
+            lambda q, k, v, b, s: ((q, k[..., :2], v, b), {}),
+            ValueError,
+            "k must have the same feature",
+        ),
+        (
+            lambda q, k, v, b, s: ((q, k, v[:, :3], b), {}),
+            ValueError,
+            "q must have the same sequence",
+        ),
+        (
+            lambda q, k, v, b, s: ((q, k, v, b), {"initial_state": s.mT}),
+            ValueError,
+            r"initial_state must have shape \(\.\.\., d_v, d_k\) = \(2, 3, 4\)",
+        ),
+        (
+            lambda q, k, v, b, s: ((q, k, v, b), {"initial_state": s.float()}),
+            TypeError,
+            "initial_state must have the same dtype",
+        ),
+        (lambda q, k, v, b, s: ((q, k, v, b), {"method": "parallel"}), ValueError, "method"),
+        (lambda q, k, v, b, s: ((q, k, v, b), {"chunk_size": 0}), ValueError, "chunk_size"),
+    ],
+)
+def test_delta_rule_rejects_bad_inputs(change, error, match):
+    args, kwargs = change(*random_delta_inputs(2, n=5, d_k=4, d_v=3))
+    with pytest.raises(error, match=f"delta_rule: {match}"):
+        delta_rule(*args, **kwargs)
+
+
+# --- O(n) memory -----------------------------------------------------------------------------
+
+N, D = 2**16, 16
+PEAK_INCREASE_LIMIT_BYTES = 512 * 2**20  # one n×n float64 matrix would take 32 GiB
+
+# Solves a DeltaNet-type system (unit keys, β ∈ (0, 1), λ = 1) of length 2^16 and prints how
+# much the peak resident set size grew during the solve (ru_maxrss: KiB on Linux) and the
+# relative residual ‖T x − v‖/‖v‖, computed without T through causal linear attention:
+# (T x)_i = x_i + Σ_{j<i} (q_i·k_j) x_j.
+CHILD = f"""
+import resource
+import torch
+from linattn_core import linear_attention
+from linattn_core.delta import triangular_solve
+from linattn_core.testing import random_qkv, relative_error
+
+_, k, v = random_qkv(n={N}, d={D})
+k = k / k.norm(dim=-1, keepdim=True)
+q = torch.rand({N}, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * k
+diag = torch.ones({N}, dtype=torch.float64)
+before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+x = triangular_solve(q, k, diag, v)
+peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+inclusive = linear_attention(q, k, x, causal=True, normalize=False, method="chunked")
+tx = x + inclusive - (q * k).sum(-1, keepdim=True) * x
+print(peak_kib - before_kib, relative_error(tx, v))
+"""
+
+
+def test_triangular_solve_stays_in_linear_memory():
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    increase_kib, residual = child.stdout.split()
+    increase = int(increase_kib) * 1024
+    assert increase < PEAK_INCREASE_LIMIT_BYTES, f"peak RSS grew by {increase >> 20} MiB"
+    assert float(residual) < 1e-12, f"relative residual {residual}"
