@@ -357,11 +357,12 @@ N, D = 2**16, 16
 PEAK_INCREASE_LIMIT_BYTES = 512 * 2**20  # one n×n float64 matrix would take 32 GiB
 
 # Solves a DeltaNet-type system (unit keys, β ∈ (0, 1), λ = 1) of length 2^16 and prints how
-# much the peak resident set size grew during the solve (ru_maxrss: KiB on Linux) and the
+# much the peak resident set size grew during the solve (VmHWM, KiB: the child's own peak;
+# ru_maxrss would start at the parent's, which Linux carries over through exec) and the
 # relative residual ‖T x − v‖/‖v‖, computed without T through causal linear attention:
 # (T x)_i = x_i + Σ_{j<i} (q_i·k_j) x_j.
 CHILD = f"""
-import resource
+import re
 import torch
 from linattn_core import linear_attention
 from linattn_core.delta import triangular_solve
@@ -371,12 +372,15 @@ _, k, v = random_qkv(n={N}, d={D})
 k = k / k.norm(dim=-1, keepdim=True)
 q = torch.rand({N}, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * k
 diag = torch.ones({N}, dtype=torch.float64)
-before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_kib():
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmHWM:\\s*(\\d+) kB", status.read()).group(1))
+before_kib = peak_kib()
 x = triangular_solve(q, k, diag, v)
-peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after_kib = peak_kib()
 inclusive = linear_attention(q, k, x, causal=True, normalize=False, method="chunked")
 tx = x + inclusive - (q * k).sum(-1, keepdim=True) * x
-print(peak_kib - before_kib, relative_error(tx, v))
+print(after_kib - before_kib, relative_error(tx, v))
 """
 
 
