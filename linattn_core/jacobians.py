@@ -1,0 +1,335 @@
+"""Closed-form Jacobians of the transformer's building blocks (chapter 8, document 004 conventions).
+
+Vectors are columns and Jacobians are in numerator layout: ``J[i, j] = ∂f_i/∂x_j``, shape
+``(out, in)``. Functions of a vector accept leading batch dimensions ``(..., d)`` and return
+``(..., out, in)``. For self-attention the token matrix is ``X ∈ R^{d×n}`` (tokens are columns,
+as in document 004) and matrices are flattened with the column-stacking `vec` of
+`linattn_core.calculus`, so a Jacobian is ``∂vec(Y)/∂vec(X)``.
+
+Every function is built from its formula, never from autograd; the tests compare each one with
+autograd in float64.
+"""
+
+import math
+
+import torch
+
+from linattn_core._validation import check_eps, check_positive_int, check_tensor
+from linattn_core.calculus import kron
+
+__all__ = [
+    "attention_logits",
+    "column_softmax",
+    "commutation_matrix",
+    "l2norm",
+    "layernorm",
+    "layernorm_gamma",
+    "relu_ffn",
+    "rmsnorm",
+    "self_attention",
+    "softmax",
+    "stablenorm",
+    "swiglu",
+]
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Jacobian of a = softmax(x) over the last axis: Diag(a) − a aᵀ, `(..., n)` → `(..., n, n)`.
+
+    Symmetric, rows sum to zero (adding a constant to x changes nothing), and it tends to 0 as
+    a approaches a one-hot vector (saturation).
+
+    >>> softmax(torch.zeros(2))
+    tensor([[ 0.2500, -0.2500],
+            [-0.2500,  0.2500]])
+    """
+    check_tensor("softmax", "x", x, min_rank=1)
+    a = x.softmax(dim=-1)  # (..., n)
+    return torch.diag_embed(a) - a[..., :, None] * a[..., None, :]  # (..., n, n)
+
+
+def layernorm(x: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Jacobian of LN(x) = γ ⊙ (x − mean(x))/√(var(x) + eps) + β by x, `(..., d)` → `(..., d, d)`.
+
+    The variance is the biased one, as in `torch.nn.functional.layer_norm`. With the centred
+    y = (I − 11ᵀ/d) x and s² = ‖y‖² + d·eps (document 004's ε is d·eps):
+
+        ∂LN/∂x = √d/s · Diag(γ) (I − y yᵀ/s²) (I − 11ᵀ/d).
+
+    β does not enter; ∂LN/∂β = I, and ∂LN/∂γ is `layernorm_gamma`.
+
+    >>> J = layernorm(torch.tensor([1.0, 2.0, 4.0]), torch.ones(3))
+    >>> bool(torch.allclose(J @ torch.ones(3), torch.zeros(3), atol=1e-6))  # shifts do nothing
+    True
+    """
+    _check_vector_and_gain("layernorm", x, gamma)
+    check_eps("layernorm", eps)
+    d = x.shape[-1]
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    centring = eye - 1.0 / d  # (d, d): I − 11ᵀ/d
+    y = x - x.mean(dim=-1, keepdim=True)  # (..., d)
+    s2 = (y * y).sum(dim=-1)[..., None, None] + d * eps  # (..., 1, 1)
+    projection = eye - y[..., :, None] * y[..., None, :] / s2  # (..., d, d)
+    return math.sqrt(d) / s2.sqrt() * gamma[:, None] * (projection @ centring)
+
+
+def layernorm_gamma(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Jacobian of LN(x) by its gain γ: Diag(x̂), x̂ = (x − mean)/√(var + eps), `(..., d, d)`.
+
+    In document 004's notation x̂ = √d·y/s. (Not Diag(I − yyᵀ/s²), which document 004 prints.)
+
+    >>> layernorm_gamma(torch.tensor([0.0, 2.0]), eps=0.0)
+    tensor([[-1.,  0.],
+            [ 0.,  1.]])
+    """
+    check_tensor("layernorm_gamma", "x", x, min_rank=1)
+    check_eps("layernorm_gamma", eps)
+    y = x - x.mean(dim=-1, keepdim=True)  # (..., d)
+    x_hat = y / ((y * y).mean(dim=-1, keepdim=True) + eps).sqrt()  # (..., d)
+    return torch.diag_embed(x_hat)
+
+
+def rmsnorm(x: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Jacobian of RMSN(x) = γ ⊙ x/√(mean(x²) + eps) by x, `(..., d)` → `(..., d, d)`.
+
+    With s² = ‖x‖² + d·eps: ∂RMSN/∂x = √d/s · Diag(γ) (I − x xᵀ/s²), as in
+    `torch.nn.functional.rms_norm`. The gain stands on the left.
+
+    >>> x = torch.tensor([3.0, 4.0])
+    >>> bool(torch.allclose(rmsnorm(x, torch.ones(2), eps=0.0) @ x, torch.zeros(2)))
+    True
+    """
+    _check_vector_and_gain("rmsnorm", x, gamma)
+    check_eps("rmsnorm", eps)
+    d = x.shape[-1]
+    return _scaled_projection(x, gamma, math.sqrt(d), d * eps)
+
+
+def stablenorm(
+    x: torch.Tensor, gamma: torch.Tensor, alpha: float, eps: float = 1e-6
+) -> torch.Tensor:
+    """Jacobian of StableNorm(x) = γ ⊙ d^α x/√(‖x‖² + eps) by x, `(..., d)` → `(..., d, d)`.
+
+    With s² = ‖x‖² + eps: d^α/s · Diag(γ) (I − x xᵀ/s²). α = 1/2 and eps = d·ε is RMSNorm
+    with its ε.
+
+    >>> x, gamma = torch.tensor([1.0, 2.0, 2.0]), torch.ones(3)
+    >>> bool(torch.allclose(stablenorm(x, gamma, 0.5, eps=3e-6), rmsnorm(x, gamma, eps=1e-6)))
+    True
+    """
+    _check_vector_and_gain("stablenorm", x, gamma)
+    check_eps("stablenorm", eps)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
+        raise ValueError(f"stablenorm: alpha must be a finite number; got alpha={alpha!r}")
+    return _scaled_projection(x, gamma, x.shape[-1] ** alpha, eps)
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Jacobian of L2Norm(x) = x/√(‖x‖² + eps) by x, `(..., d)` → `(..., d, d)`.
+
+    With s² = ‖x‖² + eps: (I − x xᵀ/s²)/s, the projection away from x, divided by s.
+
+    >>> l2norm(torch.tensor([2.0, 0.0]), eps=0.0)
+    tensor([[0.0000, 0.0000],
+            [0.0000, 0.5000]])
+    """
+    check_tensor("l2norm", "x", x, min_rank=1)
+    check_eps("l2norm", eps)
+    ones = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)  # (d,): no gain
+    return _scaled_projection(x, ones, 1.0, eps)
+
+
+def relu_ffn(x: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor, b1=None) -> torch.Tensor:
+    """Jacobian of FFN(x) = W2 relu(W1 x + b1) by x: W2 Diag(1[W1 x + b1 > 0]) W1.
+
+    x `(..., d)`, W1 `(d_ff, d)`, W2 `(d_out, d_ff)`, b1 `(d_ff,)` or None; returns
+    `(..., d_out, d)`. At a kink (W1 x + b1 = 0) it takes relu'(0) = 0, as PyTorch does.
+
+    >>> W1, W2 = torch.eye(2), torch.ones(1, 2)
+    >>> relu_ffn(torch.tensor([1.0, -1.0]), W1, W2)
+    tensor([[1., 0.]])
+    """
+    check_tensor("relu_ffn", "x", x, min_rank=1)
+    d_ff = _check_weight("relu_ffn", "W1", W1, x, in_features=x.shape[-1])
+    _check_weight("relu_ffn", "W2", W2, x, in_features=d_ff)
+    pre_activation = x @ W1.T  # (..., d_ff)
+    if b1 is not None:
+        _check_bias("relu_ffn", "b1", b1, x, d_ff)
+        pre_activation = pre_activation + b1
+    active = (pre_activation > 0).to(x.dtype)  # (..., d_ff)
+    return W2 @ (active[..., :, None] * W1)  # (..., d_out, d)
+
+
+def swiglu(x: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor, W3: torch.Tensor) -> torch.Tensor:
+    """Jacobian of y = W3 (u ⊙ SiLU(v)), u = W1 x, v = W2 x, by x.
+
+        ∂y/∂x = W3 [Diag(SiLU(v)) W1 + Diag(u) Diag(SiLU'(v)) W2],
+        SiLU(v) = v σ(v),  SiLU'(v) = σ(v) + v σ(v)(1 − σ(v)).
+
+    x `(..., d)`, W1 and W2 `(d_ff, d)`, W3 `(d_out, d_ff)`; returns `(..., d_out, d)`.
+
+    >>> J = swiglu(torch.zeros(2), torch.eye(2), torch.eye(2), torch.eye(2))
+    >>> bool((J == 0).all())  # u = 0 and SiLU(0) = 0
+    True
+    """
+    check_tensor("swiglu", "x", x, min_rank=1)
+    d_ff = _check_weight("swiglu", "W1", W1, x, in_features=x.shape[-1])
+    _check_weight("swiglu", "W2", W2, x, in_features=x.shape[-1], out_features=d_ff)
+    _check_weight("swiglu", "W3", W3, x, in_features=d_ff)
+    u, v = x @ W1.T, x @ W2.T  # (..., d_ff)
+    sigma = torch.sigmoid(v)
+    silu_slope = sigma + v * sigma * (1 - sigma)
+    gate = (v * sigma)[..., :, None] * W1 + (u * silu_slope)[..., :, None] * W2  # (..., d_ff, d)
+    return W3 @ gate  # (..., d_out, d)
+
+
+def commutation_matrix(m: int, n: int, *, dtype=torch.float64, device=None) -> torch.Tensor:
+    """The permutation K_{m,n} `(m·n, m·n)` with K vec(X) = vec(Xᵀ) for every X ∈ R^{m×n}.
+
+    Being a permutation, Kᵀ = K⁻¹ = K_{n,m}; it swaps the factors of a Kronecker product:
+    K_{p,m} (A ⊗ B) K_{n,q} = B ⊗ A for A `(m, n)` and B `(p, q)`.
+
+    >>> commutation_matrix(2, 2, dtype=torch.int64)
+    tensor([[1, 0, 0, 0],
+            [0, 0, 1, 0],
+            [0, 1, 0, 0],
+            [0, 0, 0, 1]])
+    """
+    check_positive_int("commutation_matrix", "m", m)
+    check_positive_int("commutation_matrix", "n", n)
+    # row j + n·i of vec(Xᵀ) holds X[i, j], which is entry i + m·j of vec(X)
+    source = (torch.arange(m)[:, None] + m * torch.arange(n)[None, :]).reshape(-1)  # (m·n,)
+    return torch.eye(m * n, dtype=dtype, device=device)[source]
+
+
+def column_softmax(P: torch.Tensor) -> torch.Tensor:
+    """∂vec(A)/∂vec(P) for A = softmax of each column of P, `(..., r, c)` → `(..., r·c, r·c)`.
+
+    Column j of A depends only on column j of P, so the Jacobian is block diagonal:
+    blockdiag(Diag(a_1) − a_1 a_1ᵀ, …, Diag(a_c) − a_c a_cᵀ), a_j = A[:, j].
+
+    >>> column_softmax(torch.zeros(2, 3)).shape
+    torch.Size([6, 6])
+    """
+    check_tensor("column_softmax", "P", P, min_rank=2)
+    r, c = P.shape[-2:]
+    blocks = softmax(P.mT)  # (..., c, r, r): one Jacobian per column
+    eye = torch.eye(c, dtype=P.dtype, device=P.device)
+    block_diagonal = torch.einsum("jk,...jab->...jakb", eye, blocks)  # (..., c, r, c, r)
+    return block_diagonal.reshape(*P.shape[:-2], r * c, r * c)
+
+
+def attention_logits(X: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
+    """∂vec(P)/∂vec(X) for P = Xᵀ Wqᵀ Wk X, X `(..., d, n)`, Wq and Wk `(d_q, d)`.
+
+    With the commutation matrix K = K_{d,n} (vec(Xᵀ) = K vec(X)):
+
+        ∂vec(P)/∂vec(X) = (Xᵀ Wkᵀ Wq ⊗ I_n) K + (I_n ⊗ Xᵀ Wqᵀ Wk),   shape (n², d·n).
+
+    >>> attention_logits(torch.ones(3, 4), torch.ones(2, 3), torch.ones(2, 3)).shape
+    torch.Size([16, 12])
+    """
+    _check_attention("attention_logits", X, Wq, Wk)
+    return _batched(_attention_logits, X, Wq, Wk)
+
+
+def self_attention(
+    X: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor, Wv: torch.Tensor
+) -> torch.Tensor:
+    """∂vec(Y)/∂vec(X) for Y = Wv X A, A = softmax over the first index of P/√d_q, P = XᵀWqᵀWkX.
+
+    Document 004's column convention: X `(..., d, n)` holds one token per column, Wq and Wk
+    `(d_q, d)`, Wv `(d_v, d)`; each column of A sums to 1. Built from the Kronecker formula
+
+        ∂vec(Y)/∂vec(X) = (Aᵀ ⊗ Wv) + (I_n ⊗ Wv X) · J/√d_q · ∂vec(P)/∂vec(X),
+
+    with J = `column_softmax`(P/√d_q) and ∂vec(P)/∂vec(X) from `attention_logits`; shape
+    `(..., d_v·n, d·n)`. In the row layout of `linattn_core.softmax_attention`, Yᵀ is attention
+    with queries XᵀWkᵀ, keys XᵀWqᵀ and values XᵀWvᵀ: in this form Wk makes the queries.
+
+    >>> X, W = torch.randn(4, 3, dtype=torch.float64), torch.eye(4, dtype=torch.float64)
+    >>> self_attention(X, W[:2], W[:2], W).shape  # (d_v·n, d·n)
+    torch.Size([12, 12])
+    """
+    _check_attention("self_attention", X, Wq, Wk)
+    _check_weight("self_attention", "Wv", Wv, X, in_features=X.shape[-2])
+    return _batched(_self_attention, X, Wq, Wk, Wv)
+
+
+def _self_attention(X, Wq, Wk, Wv):
+    n, d_q = X.shape[1], Wq.shape[0]
+    eye_n = torch.eye(n, dtype=X.dtype, device=X.device)
+    P = X.T @ Wq.T @ Wk @ X  # (n, n)
+    A = (P / math.sqrt(d_q)).softmax(dim=0)  # (n, n), columns sum to 1
+    J = column_softmax(P / math.sqrt(d_q)) / math.sqrt(d_q)  # (n², n²)
+    softmax_path = kron(eye_n, Wv @ X) @ J @ _attention_logits(X, Wq, Wk)  # (d_v·n, d·n)
+    return kron(A.T, Wv) + softmax_path
+
+
+def _attention_logits(X, Wq, Wk):
+    d, n = X.shape
+    eye_n = torch.eye(n, dtype=X.dtype, device=X.device)
+    K = commutation_matrix(d, n, dtype=X.dtype, device=X.device)  # (d·n, d·n)
+    return kron(X.T @ Wk.T @ Wq, eye_n) @ K + kron(eye_n, X.T @ Wq.T @ Wk)  # (n², d·n)
+
+
+def _batched(fn, X, *weights):
+    """Apply a 2-D formula to every `(d, n)` matrix of X `(..., d, n)`."""
+    if X.dim() == 2:
+        return fn(X, *weights)
+    flat = X.reshape(-1, *X.shape[-2:])  # (B, d, n)
+    result = torch.vmap(lambda x: fn(x, *weights))(flat)
+    return result.reshape(*X.shape[:-2], *result.shape[-2:])
+
+
+def _scaled_projection(x, gamma, scale, eps):
+    """scale/s · Diag(γ) (I − x xᵀ/s²) with s² = ‖x‖² + eps: the Jacobian of every x/‖x‖ norm."""
+    d = x.shape[-1]
+    s2 = (x * x).sum(dim=-1)[..., None, None] + eps  # (..., 1, 1)
+    eye = torch.eye(d, dtype=x.dtype, device=x.device)
+    projection = eye - x[..., :, None] * x[..., None, :] / s2  # (..., d, d)
+    return scale / s2.sqrt() * gamma[:, None] * projection
+
+
+def _check_vector_and_gain(fn, x, gamma):
+    check_tensor(fn, "x", x, min_rank=1)
+    check_tensor(fn, "gamma", gamma, min_rank=1)
+    if gamma.shape != x.shape[-1:]:
+        raise ValueError(
+            f"{fn}: gamma must have shape (d,) = {tuple(x.shape[-1:])} to match x; "
+            f"got gamma.shape={tuple(gamma.shape)}"
+        )
+    _check_like(fn, "gamma", gamma, x)
+
+
+def _check_attention(fn, X, Wq, Wk):
+    check_tensor(fn, "X", X, min_rank=2)
+    d_q = _check_weight(fn, "Wq", Wq, X, in_features=X.shape[-2])
+    _check_weight(fn, "Wk", Wk, X, in_features=X.shape[-2], out_features=d_q)
+
+
+def _check_weight(fn, name, W, x, *, in_features, out_features=None) -> int:
+    """A matrix `(out_features, in_features)` with x's dtype and device; returns its rows."""
+    check_tensor(fn, name, W, min_rank=2)
+    expected = f"({'out' if out_features is None else out_features}, {in_features})"
+    if W.dim() != 2 or W.shape[1] != in_features or out_features not in (None, W.shape[0]):
+        raise ValueError(f"{fn}: {name} must have shape {expected}; got {tuple(W.shape)}")
+    _check_like(fn, name, W, x)
+    return W.shape[0]
+
+
+def _check_bias(fn, name, b, x, size):
+    check_tensor(fn, name, b, min_rank=1)
+    if b.shape != (size,):
+        raise ValueError(f"{fn}: {name} must have shape ({size},); got {tuple(b.shape)}")
+    _check_like(fn, name, b, x)
+
+
+def _check_like(fn, name, t, x):
+    """t must share x's dtype and device (x is the first argument: x or X)."""
+    if t.dtype != x.dtype:
+        raise TypeError(f"{fn}: {name} must have the dtype of the input ({x.dtype}); got {t.dtype}")
+    if t.device != x.device:
+        raise ValueError(
+            f"{fn}: {name} must be on the device of the input ({x.device}); got {t.device}"
+        )
