@@ -30,7 +30,7 @@ from linattn_core._validation import (
     check_positive_number,
 )
 
-METHODS = ("auto", "parallel", "recurrent", "chunked")
+METHODS = ("auto", "parallel", "recurrent", "chunked", "triton")
 
 
 def softmax_attention(q, k, v, *, causal=False, scale=None):
@@ -115,8 +115,12 @@ def linear_attention(
                     running state of the earlier chunks (N need not be a multiple of
                     `chunk_size`); non-causal: every query sees the same state φ(K)ᵀV, computed
                     in one product;
-        "auto"      the fastest correct method on the inputs' device ("chunked" in this version);
-        "triton"    GPU kernels, not part of this version: raises ValueError.
+        "triton"    the Triton kernels of `linattn_core.kernels` (causal: chunked kernels,
+                    forward and backward; non-causal: two matrix products); CUDA tensors, or
+                    CPU tensors under TRITON_INTERPRET=1; d, d_v and `chunk_size` in
+                    {16, 32, 64, 128}; float32, bfloat16 or float16;
+        "auto"      the fastest correct method for the inputs: "triton" for causal attention
+                    on a CUDA device when the kernels apply, "chunked" otherwise.
 
     The denominator is not checked: features that can be negative (`feature_maps.identity`,
     odd-order `feature_maps.taylor`) can make φ(q_i)·z_i + eps close to zero and the output
@@ -129,8 +133,8 @@ def linear_attention(
         v: values `(..., N, d_v)`.
         causal: let position i attend to positions j ≤ i only.
         normalize: divide by the denominator; False returns the numerator.
-        method: one of "auto", "parallel", "recurrent", "chunked".
-        chunk_size: tokens per chunk of the "chunked" method (positive int).
+        method: one of "auto", "parallel", "recurrent", "chunked", "triton".
+        chunk_size: tokens per chunk of the "chunked" and "triton" methods (positive int).
         eps: non-negative number added to the denominator.
 
     Returns:
@@ -148,19 +152,18 @@ def linear_attention(
     """
     fn = "linear_attention"
     check_attention_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v)
-    if method == "triton":
-        raise ValueError(
-            f"{fn}: method='triton' needs the Triton kernels, which are not part of this version "
-            f"of linattn_core; available methods: {', '.join(map(repr, METHODS))}"
-        )
     check_choice(fn, "method", method, METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     check_eps(fn, eps)
 
+    if method == "auto":
+        method = _auto_method(phi_q, v, causal=causal, chunk_size=chunk_size)
+    if method == "triton":
+        return _triton(
+            phi_q, phi_k, v, causal=causal, normalize=normalize, chunk_size=chunk_size, eps=eps
+        )
     if normalize:
         v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)  # (..., N, d_v + 1)
-    if method == "auto":
-        method = _auto_method(phi_q.device)
     if method == "parallel":
         out = _similarities(phi_q, phi_k, causal=causal) @ v
     elif method == "recurrent":
@@ -173,13 +176,39 @@ def linear_attention(
     return numerator / (denominator + eps)
 
 
-def _auto_method(device: torch.device) -> str:
-    """The method `method="auto"` runs on `device`: the one place where that choice is made.
+def _auto_method(phi_q, v, *, causal, chunk_size) -> str:
+    """The method `method="auto"` runs: the one place where that choice is made.
 
-    The chunked form is the fastest on every device in this version: large matrix products,
-    no N×N matrix, no Python loop over tokens. The Triton kernels register a CUDA branch here.
+    On the CPU the chunked form is the fastest: large matrix products, no N×N matrix, no Python
+    loop over tokens. On a CUDA device causal attention runs the Triton kernels when triton is
+    installed and they take these shapes, dtype and chunk size; non-causal attention is two
+    matrix products either way.
     """
-    return "chunked"
+    if phi_q.device.type != "cuda" or not causal:
+        return "chunked"
+    try:
+        from linattn_core.kernels import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS, SUPPORTED_DTYPES
+    except ImportError:
+        return "chunked"
+    fits = (
+        phi_q.shape[-1] in SUPPORTED_DIMS
+        and v.shape[-1] in SUPPORTED_DIMS
+        and str(phi_q.dtype).removeprefix("torch.") in SUPPORTED_DTYPES
+        and chunk_size in SUPPORTED_CHUNK_SIZES
+    )
+    return "triton" if fits else "chunked"
+
+
+def _triton(phi_q, phi_k, v, **options):
+    """`linattn_core.kernels.triton_linear_attention`, imported on first use: triton is optional."""
+    try:
+        from linattn_core.kernels import triton_linear_attention
+    except ImportError as error:
+        raise ImportError(
+            "linear_attention: method='triton' needs the triton package (`pip install triton`, "
+            f"installed with the CUDA build of torch); importing it failed: {error}"
+        ) from error
+    return triton_linear_attention(phi_q, phi_k, v, **options)
 
 
 def _similarities(phi_q, phi_k, *, causal):

@@ -2,12 +2,15 @@
 
 This is how outputs get into the committed notebooks (`make notebooks`): the book is built
 with execution off, so it shows exactly what this script stored and what nbval re-checks.
+The kernels run with LINATTN_RECORD=1, which tells chapters that measure (the scaling chapter)
+to store their measurements under figures/ with the book; other runs leave them alone.
 
     python scripts/execute_notebooks.py                  # every notebook under chapters/
     python scripts/execute_notebooks.py chapters/x.ipynb # just these
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +43,7 @@ def main() -> int:
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     args = parser.parse_args()
+    os.environ["LINATTN_RECORD"] = "1"  # inherited by the kernels
     paths = args.notebooks or sorted((ROOT / "chapters").glob("*.ipynb"))
     for path in paths:
         print(f"executing {path.relative_to(ROOT) if path.is_absolute() else path} ...", flush=True)

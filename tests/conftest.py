@@ -2,7 +2,13 @@
 
 import os
 
+import torch
 from hypothesis import settings
+
+# Without a GPU the Triton kernels run in the interpreter, which must be on before they are
+# defined (when linattn_core.kernels is first imported).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Derandomized by default so CI runs the same examples every time; HYPOTHESIS_PROFILE=explore
 # draws fresh ones.

@@ -72,15 +72,18 @@ def test_bad_chunk_size(chunk_size):
 @pytest.mark.parametrize("method", ["fast", "Chunked", None])
 def test_unknown_method(method):
     expected = (
-        "linear_attention: method must be one of 'auto', 'parallel', 'recurrent', 'chunked'; "
+        "linear_attention: method must be one of "
+        "'auto', 'parallel', 'recurrent', 'chunked', 'triton'; "
         f"got method={method!r}"
     )
     with pytest.raises(ValueError, match=re.escape(expected)):
         linear_attention(Q, K, V, method=method)
 
 
-def test_triton_is_not_part_of_this_version():
-    with pytest.raises(ValueError, match=r"method='triton' needs the Triton kernels.*'chunked'"):
+def test_triton_rejects_unsupported_feature_dimension():
+    with pytest.raises(
+        ValueError, match=r"feature dimension d = phi_q.shape\[-1\] must be one of 16, 32, 64, 128"
+    ):
         linear_attention(Q, K, V, method="triton")
 
 

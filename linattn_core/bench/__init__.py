@@ -1,0 +1,40 @@
+"""Benchmarks: how time and memory of attention grow with N, on the CPU and on GPUs.
+
+- `complexity`: median time and peak memory of each method over sequence lengths, with a memory
+  and time guard, as records (the data of the book's scaling plots);
+- `estimate_peak_bytes`: the guard's estimate of one call's peak memory;
+- `gpu_benchmark`: our Triton kernel against torch, SDPA's backends and FLA on a CUDA device;
+- `plot_complexity`: time and memory against N on log-log axes, with fitted slopes.
+
+The command line (`python -m linattn_core.bench --help`) runs the same functions and writes JSON
+with a provenance header: {"provenance": {...}, "records": [...]}.
+"""
+
+from linattn_core.bench.complexity import RECORD_KEYS, complexity, default_methods, slopes
+from linattn_core.bench.methods import METHODS, estimate_peak_bytes
+from linattn_core.bench.provenance import provenance
+
+__all__ = [
+    "METHODS",
+    "RECORD_KEYS",
+    "complexity",
+    "default_methods",
+    "estimate_peak_bytes",
+    "gpu_benchmark",
+    "plot_complexity",
+    "provenance",
+    "slopes",
+]
+
+
+def __getattr__(name):
+    # matplotlib and the GPU code load only when used
+    if name == "plot_complexity":
+        from linattn_core.bench.plot import plot_complexity
+
+        return plot_complexity
+    if name == "gpu_benchmark":
+        from linattn_core.bench.gpu import gpu_benchmark
+
+        return gpu_benchmark
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,190 @@
+"""The attention methods the benchmarks compare, with the cost model of each.
+
+A method runs one attention call on inputs `(1, 1, N, d)` (d_v = d). Its cost model gives the
+exponent p of its time, t ∝ N^p, and an estimate of the memory one call needs beyond its inputs
+(the working set: intermediates and the output), from which the memory guard decides whether a
+point fits before running it. The estimates follow the code of each method and err on the
+large side.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from linattn_core.attention import linear_attention, softmax_attention
+
+CHUNK_SIZE = 64  # the chunk size of linear_attention's default, used by the chunked forms
+SAFETY = 1.5  # the guard's margin over an estimate (allocator rounding, temporaries)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One benchmarked method: a name, how to run it, and its cost model."""
+
+    name: str
+    run: Callable  # (q, k, v, causal) -> output
+    time_exponent: int  # p in t ∝ N^p
+    working_bytes: Callable  # (n, d, itemsize, causal, device, dtype) -> bytes beyond inputs
+    needs_cuda: bool = False  # runs on the CPU only in the Triton interpreter
+    description: str = ""
+
+
+def _softmax_naive(q, k, v, causal):
+    return softmax_attention(q, k, v, causal=causal)
+
+
+def _sdpa(q, k, v, causal):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _linear(method):
+    def run(q, k, v, causal):
+        return linear_attention(q, k, v, causal=causal, method=method, chunk_size=CHUNK_SIZE)
+
+    return run
+
+
+def _softmax_naive_bytes(n, d, itemsize, causal, device, dtype):
+    # scores, scaled scores, masked scores, probabilities: at most three N×N alive at once,
+    # the boolean mask when causal, the output
+    return 3 * n * n * itemsize + (n * n if causal else 0) + n * d * itemsize
+
+
+def _sdpa_bytes(n, d, itemsize, causal, device, dtype):
+    # flash-style kernels (CPU float32/bfloat16/float64; CUDA float16/bfloat16) work in blocks:
+    # the output, log-sum-exp rows and per-thread tiles; any other case may fall back to the
+    # math backend, which materializes N×N like the naive form
+    flash_dtypes = {
+        "cpu": (torch.float32, torch.bfloat16, torch.float64),
+        "cuda": (torch.float16, torch.bfloat16),
+    }
+    if dtype in flash_dtypes.get(device, ()):
+        return 2 * n * d * itemsize + 8 * n + 2**20
+    return _softmax_naive_bytes(n, d, itemsize, causal, device, dtype)
+
+
+def _linear_parallel_bytes(n, d, itemsize, causal, device, dtype):
+    # the N×N similarities and their masked copy; values with the ones column; the output
+    return 2 * n * n * itemsize + 3 * n * (d + 1) * itemsize
+
+
+def _linear_recurrent_bytes(n, d, itemsize, causal, device, dtype):
+    # values with the ones column, the output rows, a few d×(d+1) states
+    return 3 * n * (d + 1) * itemsize + 4 * d * (d + 1) * itemsize
+
+
+def _linear_chunked_bytes(n, d, itemsize, causal, device, dtype):
+    if not causal:  # φ(K)ᵀV and two N×(d+1) products
+        return 3 * n * (d + 1) * itemsize + d * (d + 1) * itemsize
+    n_chunks = n // CHUNK_SIZE + 1
+    # padded q, k, v chunks; C×C similarities per chunk; intra, inter, their sum and the output;
+    # chunk states, their prefix sums and the shifted copy
+    per_token = 3 * d + CHUNK_SIZE + 5 * (d + 1)
+    return n * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
+
+
+def _linear_triton_bytes(n, d, itemsize, causal, device, dtype):
+    if not causal:
+        return _linear_chunked_bytes(n, d, itemsize, causal, device, dtype)
+    # the output and the float32 reciprocal denominators; float32 d×d states of at most 512
+    # segments (two programs per SM), their prefix sums and copies
+    return n * (d * itemsize + 4) + 3 * 512 * d * d * 4 + 2**20
+
+
+METHODS = {
+    method.name: method
+    for method in (
+        Method(
+            "softmax_naive",
+            _softmax_naive,
+            2,
+            _softmax_naive_bytes,
+            description="softmax_attention: the N×N matrix, materialized",
+        ),
+        Method(
+            "sdpa",
+            _sdpa,
+            2,
+            _sdpa_bytes,
+            description="torch.nn.functional.scaled_dot_product_attention (fused kernels)",
+        ),
+        Method(
+            "linear_parallel",
+            _linear("parallel"),
+            2,
+            _linear_parallel_bytes,
+            description="linear_attention, method='parallel' (N×N similarities)",
+        ),
+        Method(
+            "linear_recurrent",
+            _linear("recurrent"),
+            1,
+            _linear_recurrent_bytes,
+            description="linear_attention, method='recurrent' (one token at a time)",
+        ),
+        Method(
+            "linear_chunked",
+            _linear("chunked"),
+            1,
+            _linear_chunked_bytes,
+            description=f"linear_attention, method='chunked', chunk_size={CHUNK_SIZE}",
+        ),
+        Method(
+            "linear_triton",
+            _linear("triton"),
+            1,
+            _linear_triton_bytes,
+            needs_cuda=True,
+            description=f"linear_attention, method='triton', chunk_size={CHUNK_SIZE}",
+        ),
+    )
+}
+CAUSAL_SUFFIX = "_causal"
+
+
+def parse_method(name):
+    """'linear_chunked_causal' -> (METHODS['linear_chunked'], True); unknown names raise."""
+    base, causal = name, False
+    if name.endswith(CAUSAL_SUFFIX) and name.removesuffix(CAUSAL_SUFFIX) in METHODS:
+        base, causal = name.removesuffix(CAUSAL_SUFFIX), True
+    if base not in METHODS:
+        choices = ", ".join(METHODS)
+        raise ValueError(
+            f"method names must be among {choices} (each with an optional '{CAUSAL_SUFFIX}' "
+            f"suffix); got {name!r}"
+        )
+    return METHODS[base], causal
+
+
+def record_name(method, causal):
+    """The name a record carries: the method's, with '_causal' for causal attention."""
+    return method.name + (CAUSAL_SUFFIX if causal else "")
+
+
+def estimate_peak_bytes(method, n, d, *, causal=False, dtype=torch.float32, device="cpu"):
+    """Estimated peak memory in bytes of one call of `method` at sequence length `n`.
+
+    The inputs q, k, v `(1, 1, n, d)` plus the method's working set (intermediates and the
+    output, from its cost model), times a safety margin of 1.5: what must be free before the
+    point runs. The working set alone is what the measurements report as `peak_bytes`.
+
+    Args:
+        method: a name of `METHODS`, or a record name ending in '_causal'.
+        n, d: sequence length and feature dimension (d_v = d).
+        causal: causal attention (also set by the '_causal' suffix).
+        dtype: the inputs' dtype.
+        device: "cpu" or "cuda".
+
+    >>> estimate_peak_bytes("softmax_naive", 2**16, 64) > 3 * 2**32 * 4  # three 64k×64k floats
+    True
+    >>> estimate_peak_bytes("linear_chunked", 2**16, 64) < 2**30  # linear: well under 1 GiB
+    True
+    """
+    method_, suffix_causal = parse_method(method)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    device = torch.device(device).type
+    inputs = 3 * n * d * itemsize
+    working = method_.working_bytes(n, d, itemsize, causal or suffix_causal, device, dtype)
+    return int(SAFETY * (inputs + working))

@@ -1,0 +1,29 @@
+"""Triton kernels for causal linear attention, forward and backward.
+
+Layered as in flash-linear-attention: `@triton.jit` kernels and their launcher (`scan.py`), an
+autograd Function and the documented public function (`linear_attention.py`), input checks
+(`validation.py`). `linattn_core.linear_attention(..., method="triton")` calls
+`triton_linear_attention`. Importing this package imports triton; the rest of `linattn_core`
+does not, so the package works where triton is absent.
+
+The kernels run on CUDA tensors, and on CPU tensors in the Triton interpreter when the
+environment variable TRITON_INTERPRET=1 is set before this package is first imported.
+"""
+
+from linattn_core.kernels.linear_attention import CausalLinearAttention, triton_linear_attention
+from linattn_core.kernels.scan import INTERPRETED, causal_scan
+from linattn_core.kernels.validation import (
+    SUPPORTED_CHUNK_SIZES,
+    SUPPORTED_DIMS,
+    SUPPORTED_DTYPES,
+)
+
+__all__ = [
+    "INTERPRETED",
+    "SUPPORTED_CHUNK_SIZES",
+    "SUPPORTED_DIMS",
+    "SUPPORTED_DTYPES",
+    "CausalLinearAttention",
+    "causal_scan",
+    "triton_linear_attention",
+]

@@ -1,0 +1,74 @@
+"""What the Triton kernels accept, checked before a launch, with messages that say what to fix."""
+
+import triton
+
+from linattn_core._validation import _shape, check_attention_inputs
+
+SUPPORTED_DIMS = (16, 32, 64, 128)
+SUPPORTED_CHUNK_SIZES = (16, 32, 64, 128)
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_kernel_inputs(fn, names, q, k, v, *, chunk_size, rank=4):
+    """q, k `(B, H, N, d)`, v `(B, H, N, d_v)` (`rank` axes) that the kernels can run on.
+
+    d and d_v must be in SUPPORTED_DIMS (tensor-core tiles, and no masking along features), the
+    dtype one of SUPPORTED_DTYPES, the device a CUDA GPU, or the CPU under the Triton
+    interpreter.
+    """
+    check_attention_inputs(fn, names, q, k, v)
+    q_name, _, v_name = names
+    if rank is not None and q.dim() != rank:
+        raise ValueError(
+            f"{fn}: {q_name} must have exactly {rank} dimensions (B, H, N, d); "
+            f"got {q_name}.shape={_shape(q)}"
+        )
+    for name, x, dim in ((q_name, q, "d"), (v_name, v, "d_v")):
+        if x.shape[-1] not in SUPPORTED_DIMS:
+            raise ValueError(
+                f"{fn}: the feature dimension {dim} = {name}.shape[-1] must be one of "
+                f"{', '.join(map(str, SUPPORTED_DIMS))} for the Triton kernels; "
+                f"got {name}.shape={_shape(x)} (pad the features with zeros, or use "
+                f"method='chunked')"
+            )
+    if str(q.dtype).removeprefix("torch.") not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{fn}: the Triton kernels take float32, bfloat16 or float16 tensors; "
+            f"got {q_name}.dtype={q.dtype} (float64 references: use method='chunked')"
+        )
+    if chunk_size not in SUPPORTED_CHUNK_SIZES or isinstance(chunk_size, bool):
+        raise ValueError(
+            f"{fn}: chunk_size must be one of {', '.join(map(str, SUPPORTED_CHUNK_SIZES))} "
+            f"for the Triton kernels; got chunk_size={chunk_size!r}"
+        )
+    check_kernel_device(fn, q_name, q)
+
+
+def check_kernel_device(fn, name, x):
+    """A CUDA tensor, or a CPU tensor with the kernels defined under TRITON_INTERPRET=1."""
+    if x.device.type == "cuda":
+        return
+    if x.device.type != "cpu":
+        raise ValueError(
+            f"{fn}: the Triton kernels run on CUDA devices (or on the CPU under the Triton "
+            f"interpreter); got {name}.device={x.device}"
+        )
+    from linattn_core.kernels.scan import INTERPRETED
+
+    if INTERPRETED:
+        return
+    if triton.knobs.runtime.interpret:
+        hint = (
+            "TRITON_INTERPRET=1 was set after linattn_core.kernels was imported; set it before "
+            "the first import (restart the Python process or notebook kernel)"
+        )
+    else:
+        hint = (
+            "set the environment variable TRITON_INTERPRET=1 before linattn_core.kernels is "
+            "first imported (`TRITON_INTERPRET=1 python ...`, or os.environ['TRITON_INTERPRET'] "
+            "= '1' before the import)"
+        )
+    raise ValueError(
+        f"{fn}: {name} is on the CPU, where the Triton kernels run only in the Triton "
+        f"interpreter: {hint}; or move the tensors to a CUDA device. Got {name}.device={x.device}"
+    )

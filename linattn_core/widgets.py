@@ -1,0 +1,602 @@
+"""Three explorers of the scaling chapter: vary N and watch time and memory grow.
+
+- `ComplexityExplorer`: time and peak memory of each attention method against N (the records of
+  `linattn_core.bench.complexity`), with fitted log-log slopes and O(N) / O(N²) guides;
+- `ChunkSizeExplorer`: time of the chunked linear form against its chunk size C at a fixed N,
+  with the cost model t(C) = F(C) / P + (N / C) τ fitted through the measurements;
+- `GenerationExplorer`: the cost of one generated token against its position: softmax attention
+  over a KV cache that grows with the position, against the constant-size recurrent state;
+- `offline_slider`: measured frames behind a slider in plain HTML, for the book without a kernel.
+
+Each explorer has controls, a Run button, a progress bar, log-log plots and a table. Every point
+is checked against a memory budget before it runs (half the available memory by default): a
+point that does not fit is listed as "skipped: needs X GB" and never run, whatever the controls.
+The last results stay on the explorer (`records`, and the plot as `figure`); `explorer.widget`
+is what to display.
+"""
+
+import base64
+import html
+import json
+import math
+import zlib
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+
+from linattn_core.attention import linear_attention
+from linattn_core.bench import complexity, default_methods, slopes
+from linattn_core.bench.complexity import powers_of_two
+from linattn_core.bench.memory import make_inputs, memory_budget
+from linattn_core.bench.methods import SAFETY
+from linattn_core.timing import loglog_slope, median_times
+
+SIZES = [2**p for p in range(4, 25)]  # the N choices: 16 ... 16M, far past what fits
+CHUNK_SIZES = [2**p for p in range(13)]  # 1 ... 4096
+CALIBRATION_N = 1024  # the chunk-size explorer's time guard times one call this long first
+
+
+class Explorer:
+    """Controls, a Run button, a progress bar, a plot and a table. Subclasses provide
+    `measure()` -> records (advancing `progress`), `draw()` -> figure and `table_html()`."""
+
+    title = ""
+
+    def __init__(self, controls, *, memory_budget=None):
+        self.memory_budget = memory_budget
+        self.records = []
+        self.figure = None  # the last plot, a matplotlib figure
+        self.button = widgets.Button(description="Run", button_style="primary")
+        self.button.on_click(lambda _: self.run())
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="progress")
+        self.plot = widgets.Output()
+        self.table = widgets.HTML()
+        self.widget = widgets.VBox(
+            [
+                widgets.HTML(f"<b>{self.title}</b>"),
+                *controls,
+                widgets.HBox([self.button, self.progress]),
+                self.plot,
+                self.table,
+            ]
+        )
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+    def budget(self, device="cpu"):
+        """Bytes a point may use: the explorer's budget, or half the memory available now."""
+        return memory_budget(device) if self.memory_budget is None else self.memory_budget
+
+    def run(self):
+        """Measure with the current settings, then redraw the plot and the table."""
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        self.button.disabled = True
+        try:
+            self.records = self.measure()
+        finally:
+            self.button.disabled = False
+        self.plot.clear_output(wait=True)
+        self.figure = self.draw()
+        with self.plot:
+            display(self.figure)
+        plt.close(self.figure)
+        self.table.value = self.table_html()
+        return self.records
+
+    def start_progress(self, total):
+        self.progress.max, self.progress.value = max(total, 1), 0
+
+
+def _wide():
+    """Layout options of a range slider wide enough to read."""
+    return {"layout": widgets.Layout(width="420px"), "style": {"description_width": "initial"}}
+
+
+def loglog_panel(axis, series, *, xlabel, ylabel, guides=(1, 2)):
+    """One log-log panel: a line per series labelled with its fitted slope, and dashed guide
+    lines O(N^p) for p in `guides` through the first point drawn.
+
+    Args:
+        axis: a matplotlib axis.
+        series: dict label -> (xs, ys); points with a missing or non-positive y are left out.
+        xlabel, ylabel: axis labels.
+        guides: exponents of the guide lines.
+
+    >>> import matplotlib.pyplot as plt
+    >>> figure, axis = plt.subplots()
+    >>> loglog_panel(axis, {"m": ([1, 2, 4], [3, 6, 12])}, xlabel="N", ylabel="ms")
+    >>> axis.get_legend_handles_labels()[1]
+    ['m (slope 1.0)', 'O(N)', 'O(N²)']
+    >>> plt.close(figure)
+    """
+    anchor, x_max = None, None
+    for label, (xs, ys) in series.items():
+        points = sorted((x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0)
+        if not points:
+            continue
+        px, py = zip(*points, strict=True)
+        name = label if len(px) < 2 else f"{label} (slope {loglog_slope(px, py):.1f})"
+        axis.plot(px, py, marker="o", label=name)
+        anchor = anchor or points[0]
+        x_max = max(px[-1], x_max or px[-1])
+    if anchor is not None and x_max > anchor[0]:
+        for exponent, style in zip(guides, ("--", ":", "-."), strict=False):
+            name = {0: "O(1)", 1: "O(N)", 2: "O(N²)"}.get(exponent, f"O(N^{exponent})")
+            ys = [anchor[1] * (x / anchor[0]) ** exponent for x in (anchor[0], x_max)]
+            axis.plot((anchor[0], x_max), ys, style, color="grey", linewidth=1, label=name)
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set(xlabel=xlabel, ylabel=ylabel)
+    axis.grid(True, which="both", alpha=0.3)
+    if anchor is not None:
+        axis.legend(fontsize="small")
+
+
+def records_table(records, columns):
+    """An HTML table of records; `columns` is a list of (header, function of a record -> str)."""
+    cell_style = 'style="padding: 1px 10px; border-bottom: 1px solid #ddd"'
+    head = "".join(f"<th {cell_style}>{html.escape(header)}</th>" for header, _ in columns)
+    rows = "".join(
+        "<tr>"
+        + "".join(f"<td {cell_style}>{html.escape(cell(r))}</td>" for _, cell in columns)
+        + "</tr>"
+        for r in records
+    )
+    return f'<table style="border-collapse: collapse"><tr>{head}</tr>{rows}</table>'
+
+
+def _number(value, unit="", scale=1.0):
+    return "" if value is None else f"{value * scale:.3g}{unit}"
+
+
+def _gigabytes(n_bytes):
+    return f"{n_bytes / 1e9:.3g}"
+
+
+class ComplexityExplorer(Explorer):
+    """Time and peak memory of attention methods against N, measured live with the guard.
+
+    >>> explorer = ComplexityExplorer()
+    >>> explorer.n_range.value = (256, 2**24)
+    >>> explorer.methods.value = ("softmax_naive",)
+    >>> explorer.measure_memory.value = False
+    >>> explorer.memory_budget = 2**30
+    >>> records = explorer.measure()  # N = 256 ... 2^24: the large N are refused, not run
+    >>> records[0]["skipped"], records[-1]["skipped"]
+    (None, 'needs ~5.49e+06 GB > budget 1.07 GB')
+    """
+
+    title = "Complexity explorer: time and memory against N"
+
+    def __init__(self, *, device="cpu", memory_budget=None):
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        self.device = widgets.Dropdown(options=devices, value=device, description="device")
+        self.n_range = widgets.SelectionRangeSlider(
+            options=SIZES,
+            index=(SIZES.index(256), SIZES.index(4096)),
+            description="N range",
+            **_wide(),
+        )
+        self.d = widgets.Dropdown(options=[16, 32, 64, 128], value=64, description="d")
+        self.causal = widgets.Checkbox(value=True, description="causal")
+        methods = default_methods(device)
+        self.methods = widgets.SelectMultiple(
+            options=methods, value=tuple(methods), description="methods", rows=len(methods)
+        )
+        self.repeats = widgets.IntSlider(value=3, min=1, max=9, description="repeats")
+        self.max_seconds = widgets.FloatLogSlider(
+            value=5, base=10, min=-1, max=2, description="max s/point"
+        )
+        self.measure_memory = widgets.Checkbox(value=True, description="measure memory")
+        self.device.observe(self._on_device, names="value")
+        row = widgets.HBox
+        super().__init__(
+            [
+                row([self.device, self.d]),
+                self.n_range,
+                row([self.methods, widgets.VBox([self.causal, self.measure_memory])]),
+                row([self.repeats, self.max_seconds]),
+            ],
+            memory_budget=memory_budget,
+        )
+
+    def _on_device(self, change):
+        self.methods.options = default_methods(change["new"])
+        self.methods.value = tuple(self.methods.options)
+        self.methods.rows = len(self.methods.options)
+
+    def measure(self):
+        """Run `bench.complexity` one N at a time (methods interleaved), advancing the bar."""
+        ns = powers_of_two(*self.n_range.value)
+        self.start_progress(len(ns))
+        records = []
+        for n in ns:
+            records += complexity(
+                list(self.methods.value),
+                [n],
+                d=self.d.value,
+                device=self.device.value,
+                causal=self.causal.value,
+                repeats=self.repeats.value,
+                max_seconds=self.max_seconds.value,
+                memory_budget=self.budget(self.device.value),
+                measure_memory=self.measure_memory.value,
+            )
+            self.progress.value += 1
+        return records
+
+    def draw(self):
+        import matplotlib.pyplot as plt
+
+        figure, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+        for axis, key, label in zip(
+            axes,
+            ("median_ms", "peak_bytes"),
+            ("median time per call (ms)", "peak memory per call (bytes)"),
+            strict=True,
+        ):
+            methods = dict.fromkeys(r["method"] for r in self.records)
+            series = {
+                m: (
+                    [r["n"] for r in self.records if r["method"] == m],
+                    [r[key] for r in self.records if r["method"] == m],
+                )
+                for m in methods
+            }
+            loglog_panel(axis, series, xlabel="sequence length N", ylabel=label)
+        if not any(r["peak_bytes"] for r in self.records):
+            axes[1].set_title("memory not measured (tick 'measure memory')", fontsize="medium")
+        return figure
+
+    def table_html(self):
+        fitted = slopes(self.records)
+        columns = [
+            ("method", lambda r: r["method"]),
+            ("N", lambda r: str(r["n"])),
+            ("time (ms)", lambda r: _number(r["median_ms"])),
+            ("peak memory (MB)", lambda r: _number(r["peak_bytes"], scale=1e-6)),
+            ("note", lambda r: f"skipped: {r['skipped']}" if r["skipped"] else ""),
+        ]
+        fits = ", ".join(f"{m} {s:.1f}" for m, s in fitted.items())
+        return records_table(self.records, columns) + f"<p>time slopes: {html.escape(fits)}</p>"
+
+
+def chunked_flops(n, d, d_v, chunk_size):
+    """Multiply-adds ×2 of causal chunked linear attention with chunk size C (normalized, so
+    the values carry a ones column, d_v + 1 wide):
+
+        F(C) = 2 N C (d + d_v + 1)        intra-chunk: C×C similarities and their product with V
+             + 4 N d (d_v + 1)            chunk states φ(K_c)ᵀV_c and the queries' inter-chunk term
+             + (N / C) d (d_v + 1)        the prefix sum of the chunk states
+
+    >>> chunked_flops(1024, 64, 64, 64) == 2 * 1024 * 64 * 129 + 4 * 1024 * 64 * 65 + 16 * 64 * 65
+    True
+    """
+    return (
+        2 * n * chunk_size * (d + d_v + 1) + 4 * n * d * (d_v + 1) + n * d * (d_v + 1) / chunk_size
+    )
+
+
+def fit_chunk_model(n, d, chunk_sizes, seconds):
+    """Least-squares fit of t(C) = F(C) / P + (N / C) τ: the arithmetic at an effective rate P
+    (FLOP/s) plus a fixed cost τ per chunk (small matrix products run below peak).
+
+    Returns:
+        (P, τ, predict), predict(C) -> seconds; P and τ are clipped at ≥ 0 (1/P ≥ 0).
+
+    >>> cs = [16, 64, 256]
+    >>> t = [chunked_flops(4096, 32, 32, c) / 1e9 + 4096 / c * 1e-6 for c in cs]
+    >>> rate, tau, predict = fit_chunk_model(4096, 32, cs, t)
+    >>> round(rate / 1e9, 3), round(tau * 1e6, 3)
+    (1.0, 1.0)
+    """
+    basis = np.array([[chunked_flops(n, d, d, c), n / c] for c in chunk_sizes])
+    inverse_rate, tau = np.clip(np.linalg.lstsq(basis, np.asarray(seconds), rcond=None)[0], 0, None)
+
+    def predict(chunk_size):
+        return float(chunked_flops(n, d, d, chunk_size) * inverse_rate + n / chunk_size * tau)
+
+    rate = math.inf if inverse_rate == 0 else 1 / float(inverse_rate)
+    return rate, float(tau), predict
+
+
+def chunked_peak_bytes(n, d, chunk_size, itemsize=4):
+    """The guard's estimate for chunked causal linear attention with chunk size C: inputs, padded
+    chunks, C×C similarities per chunk, the intermediates and chunk states, with the bench margin.
+    """
+    n_chunks = -(-n // chunk_size)
+    padded = n_chunks * chunk_size
+    per_token = 3 * d + chunk_size + 5 * (d + 1)
+    working = padded * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
+    return int(SAFETY * (3 * n * d * itemsize + working))
+
+
+class ChunkSizeExplorer(Explorer):
+    """Time of `linear_attention(..., causal=True, method="chunked")` against the chunk size.
+
+    >>> explorer = ChunkSizeExplorer(memory_budget=2**20)
+    >>> explorer.n.value, explorer.chunk_range.value = 2**16, (16, 64)
+    >>> records = explorer.measure()  # 1 MiB is far too little: nothing runs
+    >>> [r["skipped"] for r in records]
+    ['needs ~0.592 GB > budget 0.00105 GB', 'needs ~0.445 GB > budget 0.00105 GB', \
+'needs ~0.381 GB > budget 0.00105 GB']
+    >>> [r["median_ms"] for r in records]
+    [None, None, None]
+    """
+
+    title = "Chunk-size explorer: intra-chunk quadratic work against inter-chunk state updates"
+
+    def __init__(self, *, memory_budget=None):
+        self.n = widgets.Dropdown(
+            options=[2**p for p in range(10, 21)], value=4096, description="N"
+        )
+        self.d = widgets.Dropdown(options=[16, 32, 64, 128], value=64, description="d")
+        self.chunk_range = widgets.SelectionRangeSlider(
+            options=CHUNK_SIZES, index=(2, 10), description="chunk sizes", **_wide()
+        )
+        self.repeats = widgets.IntSlider(value=3, min=1, max=9, description="repeats")
+        self.max_seconds = widgets.FloatLogSlider(
+            value=5, base=10, min=-1, max=2, description="max s/point"
+        )
+        super().__init__(
+            [
+                widgets.HBox([self.n, self.d]),
+                self.chunk_range,
+                widgets.HBox([self.repeats, self.max_seconds]),
+            ],
+            memory_budget=memory_budget,
+        )
+        self.model = None
+
+    def measure(self):
+        """Time each chunk size that fits the budget (each in its own loop, for the bar), then
+        fit the cost model through the measured points. A chunk size whose time, extrapolated
+        linearly in N from one call at N = 1024, exceeds `max_seconds` is skipped too."""
+        n, d, budget = self.n.value, self.d.value, self.budget()
+        chunk_sizes = powers_of_two(*self.chunk_range.value)
+        self.start_progress(len(chunk_sizes))
+        records, inputs = [], None
+        for c in chunk_sizes:
+            needed = chunked_peak_bytes(n, d, c)
+            record = {"chunk_size": c, "n": n, "d": d, "median_ms": None, "model_ms": None}
+            record["skipped"] = None
+            if needed > budget:
+                record["skipped"] = (
+                    f"needs ~{_gigabytes(needed)} GB > budget {_gigabytes(budget)} GB"
+                )
+            else:
+                inputs = inputs or make_inputs(n, d)
+                record["skipped"] = self._too_slow(inputs, c)
+                if record["skipped"] is None:
+                    record["median_ms"] = 1e3 * self._seconds(inputs, c, self.repeats.value)
+            records.append(record)
+            self.progress.value += 1
+        measured = [r for r in records if r["median_ms"] is not None]
+        self.model = None
+        if len(measured) >= 2:
+            cs, seconds = (
+                [r["chunk_size"] for r in measured],
+                [r["median_ms"] / 1e3 for r in measured],
+            )
+            self.model = fit_chunk_model(n, d, cs, seconds)
+            for r in records:
+                r["model_ms"] = 1e3 * self.model[2](r["chunk_size"])
+        return records
+
+    def _too_slow(self, inputs, chunk_size):
+        """Why timing this chunk size would exceed `max_seconds`, or None."""
+        n = inputs[0].shape[-2]
+        calibration = tuple(x[..., : min(n, CALIBRATION_N), :] for x in inputs)
+        one_call = self._seconds(calibration, chunk_size, 1) * n / calibration[0].shape[-2]
+        seconds = (1 + self.repeats.value) * one_call  # a warm-up call, then the repeats
+        if seconds > self.max_seconds.value:
+            return f"needs ~{seconds:.3g} s > max_seconds {self.max_seconds.value:g} s"
+        return None
+
+    @staticmethod
+    def _seconds(inputs, chunk_size, repeats):
+        def call():
+            return linear_attention(*inputs, causal=True, method="chunked", chunk_size=chunk_size)
+
+        with torch.inference_mode():
+            return median_times({"chunked": call}, repeats=repeats)["chunked"]
+
+    def draw(self):
+        import matplotlib.pyplot as plt
+
+        figure, axis = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
+        measured = [r for r in self.records if r["median_ms"] is not None]
+        if measured:
+            cs = [r["chunk_size"] for r in measured]
+            axis.plot(cs, [r["median_ms"] for r in measured], "o-", label="measured")
+            if self.model is not None:
+                fine = np.geomspace(cs[0], cs[-1], 50)
+                rate, tau, predict = self.model
+                label = f"model: F(C)/{rate / 1e9:.2g} GFLOP/s + (N/C)·{tau * 1e6:.2g} µs"
+                axis.plot(fine, [1e3 * predict(c) for c in fine], "--", color="grey", label=label)
+            axis.legend(fontsize="small")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set(xlabel="chunk size C", ylabel="time per call (ms)")
+        axis.set_title(f"N = {self.n.value}, d = {self.d.value}, causal", fontsize="medium")
+        axis.grid(True, which="both", alpha=0.3)
+        return figure
+
+    def table_html(self):
+        columns = [
+            ("chunk size C", lambda r: str(r["chunk_size"])),
+            ("time (ms)", lambda r: _number(r["median_ms"])),
+            ("model (ms)", lambda r: _number(r.get("model_ms"))),
+            ("note", lambda r: f"skipped: {r['skipped']}" if r["skipped"] else ""),
+        ]
+        return records_table(self.records, columns)
+
+
+def softmax_decode_step(q, k_cache, v_cache):
+    """One generated token of softmax attention over a KV cache: q `(d,)`, caches `(t, d)`.
+    Its cost grows with t: t scores, a softmax over them and a weighted sum of t values."""
+    weights = torch.softmax(k_cache @ q / math.sqrt(q.shape[-1]), dim=-1)  # (t,)
+    return weights @ v_cache  # (d_v,)
+
+
+def linear_decode_step(phi_q, phi_k, v, state, normalizer):
+    """One generated token of causal linear attention, in place on the state: S += φ(k)ᵀv,
+    z += φ(k), o = φ(q) S / φ(q)·z. Constant cost: nothing depends on the position."""
+    state.addr_(phi_k, v)  # (d, d_v)
+    normalizer.add_(phi_k)  # (d,)
+    return (phi_q @ state) / (phi_q @ normalizer)  # (d_v,)
+
+
+class GenerationExplorer(Explorer):
+    """Per-token latency against position: a KV-cache softmax step vs the recurrent linear step.
+
+    >>> explorer = GenerationExplorer(memory_budget=2**20)
+    >>> explorer.positions.value = (64, 2**24)
+    >>> records = explorer.measure()
+    >>> records[0]["skipped"], records[-1]["skipped"]
+    (None, 'needs ~13.1 GB > budget 0.00105 GB')
+    """
+
+    title = "Generation explorer: the cost of one token against its position"
+
+    def __init__(self, *, memory_budget=None):
+        self.positions = widgets.SelectionRangeSlider(
+            options=SIZES,
+            index=(SIZES.index(64), SIZES.index(2**15)),
+            description="positions",
+            **_wide(),
+        )
+        self.d = widgets.Dropdown(options=[16, 32, 64, 128], value=64, description="d")
+        self.repeats = widgets.IntSlider(value=15, min=1, max=50, description="repeats")
+        super().__init__(
+            [self.positions, widgets.HBox([self.d, self.repeats])], memory_budget=memory_budget
+        )
+
+    @staticmethod
+    def cache_bytes(position, d, itemsize=4):
+        """Keys and values cached for `position` tokens, plus the step's scores and weights."""
+        return 2 * position * d * itemsize + 2 * position * itemsize
+
+    def measure(self):
+        d, budget = self.d.value, self.budget()
+        positions = powers_of_two(*self.positions.value)
+        self.start_progress(len(positions))
+        records = []
+        for t in positions:
+            needed = int(SAFETY * self.cache_bytes(t, d))
+            record = {"position": t, "d": d, "softmax_us": None, "linear_us": None}
+            record["cache_bytes"], record["state_bytes"] = needed / SAFETY, 4 * d * (d + 1)
+            record["skipped"] = None
+            if needed > budget:
+                record["skipped"] = (
+                    f"needs ~{_gigabytes(needed)} GB > budget {_gigabytes(budget)} GB"
+                )
+            else:
+                record["softmax_us"], record["linear_us"] = self._time_step(t, d)
+            records.append(record)
+            self.progress.value += 1
+        return records
+
+    def _time_step(self, position, d):
+        """Median µs of one token at `position`, each step timed in its own steady loop (as in
+        generation; interleaved, the softmax step's sweep over the cache would evict the
+        linear step's working set and charge it for cache misses that a decode loop avoids)."""
+        generator = torch.Generator().manual_seed(0)
+        k_cache, v_cache = torch.rand(2, position, d, generator=generator)  # (t, d) each
+        q = torch.rand(d, generator=generator)  # (d,)
+        state = k_cache.mT @ v_cache  # (d, d): the summary of the same t tokens
+        normalizer = k_cache.sum(dim=0)  # (d,)
+        steps = {
+            "softmax": lambda: softmax_decode_step(q, k_cache, v_cache),
+            "linear": lambda: linear_decode_step(q, q, q, state, normalizer),
+        }
+        with torch.inference_mode():
+            times = {
+                name: median_times({name: step}, repeats=self.repeats.value, warmup=2)[name]
+                for name, step in steps.items()
+            }
+        return 1e6 * times["softmax"], 1e6 * times["linear"]
+
+    def draw(self):
+        import matplotlib.pyplot as plt
+
+        figure, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+        ts = [r["position"] for r in self.records]
+        loglog_panel(
+            axes[0],
+            {
+                "softmax + KV cache": (ts, [r["softmax_us"] for r in self.records]),
+                "linear, recurrent": (ts, [r["linear_us"] for r in self.records]),
+            },
+            xlabel="position t",
+            ylabel="time per token (µs)",
+            guides=(0, 1),
+        )
+        ran = [r for r in self.records if not r["skipped"]]
+        loglog_panel(
+            axes[1],
+            {
+                "KV cache": ([r["position"] for r in ran], [r["cache_bytes"] for r in ran]),
+                "recurrent state": ([r["position"] for r in ran], [r["state_bytes"] for r in ran]),
+            },
+            xlabel="position t",
+            ylabel="memory carried per head (bytes)",
+            guides=(0, 1),
+        )
+        return figure
+
+    def table_html(self):
+        columns = [
+            ("position", lambda r: str(r["position"])),
+            ("softmax + KV cache (µs)", lambda r: _number(r["softmax_us"])),
+            ("linear recurrent (µs)", lambda r: _number(r["linear_us"])),
+            ("KV cache (MB)", lambda r: _number(r["cache_bytes"], scale=1e-6)),
+            ("state (MB)", lambda r: _number(r["state_bytes"], scale=1e-6)),
+            ("note", lambda r: f"skipped: {r['skipped']}" if r["skipped"] else ""),
+        ]
+        return records_table(self.records, columns)
+
+
+def offline_slider(images, captions, *, label="N"):
+    """Self-contained HTML: PNG frames behind a range slider, one shown at a time with its
+    caption. It needs no kernel and no network (the frames are data: URIs, the script inline),
+    so the static book keeps a figure the reader can move through.
+
+    Args:
+        images: PNG files as bytes, one per frame.
+        captions: one text per frame, shown beside the slider.
+        label: what the slider moves through (its accessible name).
+
+    >>> page = offline_slider([b"png0", b"png1"], ["N = 256", "N = 512"])
+    >>> page.count("data:image/png;base64,"), 'max="1"' in page, "N = 512" in page
+    (3, True, True)
+    """
+    if len(images) != len(captions) or not images:
+        raise ValueError(
+            "offline_slider: images and captions must be non-empty and of the same length; "
+            f"got {len(images)} images and {len(captions)} captions"
+        )
+    frames = ["data:image/png;base64," + base64.b64encode(image).decode() for image in images]
+    uid = f"offline-slider-{zlib.crc32(''.join(frames).encode()):08x}"
+    last = len(frames) - 1
+    return f"""<div class="offline-slider" id="{uid}">
+<input type="range" min="0" max="{last}" step="1" value="{last}" aria-label="{html.escape(label)}">
+<span class="offline-slider-caption">{html.escape(captions[last])}</span><br>
+<img alt="measured time and memory against {html.escape(label)}" src="{frames[last]}">
+<script>(function () {{
+  const root = document.getElementById("{uid}");
+  const frames = {json.dumps(frames)}, captions = {json.dumps(captions)};
+  const slider = root.querySelector("input"), image = root.querySelector("img");
+  const caption = root.querySelector(".offline-slider-caption");
+  slider.addEventListener("input", function () {{
+    image.src = frames[slider.value];
+    caption.textContent = captions[slider.value];
+  }});
+}})();</script>
+</div>"""

@@ -1,0 +1,156 @@
+"""The benchmark harness at tiny sizes: the command line writes records with the contract's keys,
+the memory guard skips points without running them, figures are drawn, and the GPU command
+refuses to run without CUDA."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from linattn_core.bench import METHODS, RECORD_KEYS, complexity, estimate_peak_bytes, slopes
+from linattn_core.bench.__main__ import main
+from linattn_core.bench.complexity import powers_of_two
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cli_results(tmp_path_factory):
+    """One run of the complexity command: two methods from N = 256 up to an absurd 2**24, with a
+    50 MB budget, so that the guard stops each method at a different N."""
+    path = tmp_path_factory.mktemp("bench") / "complexity.json"
+    command = [
+        sys.executable,
+        "-m",
+        "linattn_core.bench",
+        "complexity",
+        "--device=cpu",
+        "--d=16",
+        "--min-n=256",
+        f"--max-n={2**24}",
+        "--methods=softmax_naive,linear_chunked",
+        "--causal",
+        "--repeats=2",
+        "--memory-budget-gb=0.05",
+        "--no-progress",
+        f"--json={path}",
+    ]
+    child = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr
+    return json.loads(path.read_text()), child.stdout, path
+
+
+def test_complexity_command_writes_the_contract(cli_results):
+    results, stdout, _ = cli_results
+    assert set(results) == {"provenance", "settings", "records"}
+    provenance = results["provenance"]
+    for key in ("device", "torch", "triton", "python", "date", "command"):
+        assert provenance[key], key
+    assert "--max-n=16777216" in provenance["command"]
+    records = results["records"]
+    ns = [2**p for p in range(8, 25)]
+    assert [(r["n"], r["method"]) for r in records] == [
+        (n, method) for n in ns for method in ("softmax_naive_causal", "linear_chunked_causal")
+    ]
+    for record in records:
+        assert tuple(record) == RECORD_KEYS
+        assert record["d"] == 16 and record["device"] == "cpu"
+        ran = record["skipped"] is None
+        assert (record["median_ms"] is not None) == ran == (record["peak_bytes"] is not None)
+    assert "log-log slopes of median_ms" in stdout
+
+
+def test_memory_guard_skips_what_does_not_fit(cli_results):
+    records = cli_results[0]["records"]
+    for method, largest_run in (("softmax_naive_causal", 1024), ("linear_chunked_causal", 16384)):
+        series = [r for r in records if r["method"] == method]
+        assert max(r["n"] for r in series if r["skipped"] is None) == largest_run
+        for record in series:
+            if record["n"] > largest_run:
+                assert record["skipped"].startswith("needs ~")
+                assert record["skipped"].endswith("GB > budget 0.05 GB")
+
+
+def test_records_grow_with_n(cli_results):
+    # timings on a loaded 2-core machine are too noisy for a test; the memory is deterministic
+    records = cli_results[0]["records"]
+    for method in ("softmax_naive_causal", "linear_chunked_causal"):
+        peaks = [r["peak_bytes"] for r in records if r["method"] == method and r["peak_bytes"]]
+        assert peaks == sorted(peaks) and peaks[-1] > peaks[0], method
+    softmax = {r["n"]: r["peak_bytes"] for r in records if r["method"] == "softmax_naive_causal"}
+    matrix = 1024 * 1024 * 4
+    assert 2 * matrix <= softmax[1024] < 5 * matrix  # scores, masked scores, probabilities
+    assert softmax[1024] > 8 * softmax[256]  # N×N: ×16 from 256 to 1024
+
+
+def test_plot_command_draws_a_png(cli_results, tmp_path):
+    figure = tmp_path / "complexity.png"
+    main(["plot", str(cli_results[2]), "--out", str(figure)])
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_guard_never_runs_the_skipped_point(monkeypatch):
+    calls = []
+    method = METHODS["softmax_naive"]
+
+    def spy(q, k, v, causal):
+        calls.append(q.shape[-2])
+        return method.run(q, k, v, causal)
+
+    monkeypatch.setitem(METHODS, "softmax_naive", dataclasses.replace(method, run=spy))
+    records = complexity(["softmax_naive"], [2**24], measure_memory=False)
+    assert records[0]["skipped"].startswith("needs ~") and records[0]["median_ms"] is None
+    assert 2**24 not in calls  # only the small calibration call ran
+
+
+def test_time_guard():
+    # the calibration call at N = 512 extrapolates to N = 2**20 far beyond a millisecond
+    (record,) = complexity(["linear_chunked"], [2**20], max_seconds=1e-3, measure_memory=False)
+    assert record["skipped"].endswith("> max_seconds 0.001 s") and record["median_ms"] is None
+
+
+def test_estimates_scale_like_the_methods():
+    for name, exponent in (("softmax_naive", 2), ("linear_parallel", 2), ("linear_chunked", 1)):
+        small, large = (estimate_peak_bytes(name, n, 64, causal=True) for n in (2**14, 2**15))
+        assert large / small == pytest.approx(2**exponent, rel=0.1), name
+    flash = [estimate_peak_bytes("sdpa_causal", n, 64) for n in (2**14, 2**15)]
+    assert flash[1] / flash[0] < 2.1  # the CPU's flash kernel works in blocks: linear memory
+    with pytest.raises(ValueError, match=r"got 'flash'"):
+        estimate_peak_bytes("flash", 1024, 64)
+
+
+def test_helpers():
+    assert powers_of_two(200, 1000) == [256, 512]
+    records = [{"method": "m", "n": n, "median_ms": 3 * n} for n in (256, 512, 1024)]
+    assert slopes(records)["m"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="method names"):
+        complexity(["nope"], [256])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_gpu_command_refuses_without_cuda(tmp_path):
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        main(["gpu", "--json", str(tmp_path / "gpu.json")])
+
+
+def test_gpu_benchmark_rows_on_the_cpu():
+    from linattn_core.bench.gpu import flop_count, gpu_benchmark
+
+    shape = {"sweep": "test", "B": 1, "H": 1, "N": 32, "d": 16}
+    results = gpu_benchmark(shapes=[shape], device="cpu")
+    assert set(results) == {"provenance", "roofline", "formulas", "rows"}
+    rows = {(row["method"], row["mode"]): row for row in results["rows"]}
+    assert len(rows) == 2 * 9
+    for mode in ("fwd", "fwd+bwd"):
+        ran = rows[("linear_chunked", mode)]
+        assert ran["median_ms"] > 0 and ran["skipped"] is None
+        assert ran["vs_sdpa_best"] > 0 and ran["roofline_fraction"] > 0
+        expected = flop_count(shape, mode, "linear") / ran["median_ms"] / 1e9
+        assert ran["tflops"] == pytest.approx(expected)
+        assert rows[("sdpa_cudnn", mode)]["skipped"]  # no cuDNN on the CPU
+    fla = rows[("fla_chunk_linear_attn", "fwd")]
+    assert fla["skipped"] or fla["median_ms"] > 0

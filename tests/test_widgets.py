@@ -1,0 +1,164 @@
+"""The scaling chapter's explorers, headless: controls change, Run measures, plot and table update,
+and the memory guard refuses points that do not fit (they are listed, never run)."""
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from linattn_core import widgets
+
+BUDGET = 2**30  # 1 GiB: a fixed budget, whatever the machine has free
+
+
+def plotted(explorer, panel=0):
+    """{label: (xs, ys)} of the lines drawn on one panel of the explorer's last figure."""
+    axis = explorer.figure.axes[panel]
+    return {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in axis.lines
+    }
+
+
+def first_xs(lines):
+    """The x data of the first line drawn."""
+    return next(iter(lines.values()))[0]
+
+
+def test_complexity_explorer_runs_and_updates():
+    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer.n_range.value = (256, 512)
+    explorer.methods.value = ("softmax_naive", "linear_chunked")
+    explorer.repeats.value = 1
+    explorer.measure_memory.value = False
+    explorer.button.click()
+    assert [(r["method"], r["n"]) for r in explorer.records] == [
+        ("softmax_naive_causal", 256),
+        ("linear_chunked_causal", 256),
+        ("softmax_naive_causal", 512),
+        ("linear_chunked_causal", 512),
+    ]
+    assert all(r["median_ms"] > 0 and r["skipped"] is None for r in explorer.records)
+    assert explorer.progress.value == explorer.progress.max == 2
+    lines = plotted(explorer)
+    assert [label.split(" (")[0] for label in lines] == [
+        "softmax_naive_causal",
+        "linear_chunked_causal",
+        "O(N)",
+        "O(N²)",
+    ]
+    assert first_xs(lines) == [256, 512]
+    assert "softmax_naive_causal" in explorer.table.value and "time slopes" in explorer.table.value
+
+    explorer.causal.value = False
+    explorer.d.value = 16
+    explorer.n_range.value = (1024, 1024)
+    explorer.button.click()
+    assert [(r["method"], r["n"], r["d"]) for r in explorer.records] == [
+        ("softmax_naive", 1024, 16),
+        ("linear_chunked", 1024, 16),
+    ]
+    assert first_xs(plotted(explorer)) == [1024]
+    assert ">1024</td>" in explorer.table.value and ">512</td>" not in explorer.table.value
+
+
+def test_complexity_explorer_guard_refuses_absurd_sizes():
+    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer.n_range.value = (2**22, 2**24)
+    explorer.methods.value = ("softmax_naive", "linear_parallel")
+    explorer.measure_memory.value = False
+    records = explorer.run()
+    assert len(records) == 6
+    assert all(r["median_ms"] is None and r["peak_bytes"] is None for r in records)
+    assert all(r["skipped"].startswith("needs ~") for r in records)
+    assert explorer.table.value.count("skipped: needs ~") == 6
+    assert "GB" in explorer.table.value
+
+
+def test_complexity_explorer_follows_the_device():
+    explorer = widgets.ComplexityExplorer()
+    assert "linear_triton" not in explorer.methods.options  # CPU: no Triton kernels
+    assert explorer.device.options[0] == "cpu"
+
+
+def test_chunk_size_explorer_runs_and_fits_the_model():
+    explorer = widgets.ChunkSizeExplorer(memory_budget=BUDGET)
+    explorer.n.value, explorer.d.value = 1024, 32
+    explorer.chunk_range.value = (16, 128)
+    explorer.repeats.value = 1
+    explorer.run()
+    assert [r["chunk_size"] for r in explorer.records] == [16, 32, 64, 128]
+    assert all(r["median_ms"] > 0 and r["model_ms"] > 0 for r in explorer.records)
+    assert explorer.progress.value == 4
+    measured, model = plotted(explorer).values()
+    assert measured[0] == [16, 32, 64, 128] and len(model[0]) > 4
+    assert explorer.table.value.count("<tr>") == 5
+
+    explorer.chunk_range.value = (64, 64)  # one point: no model to fit, still a plot and a row
+    explorer.run()
+    assert [r["chunk_size"] for r in explorer.records] == [64]
+    assert explorer.model is None and explorer.records[0]["model_ms"] is None
+
+
+def test_chunk_size_explorer_guard():
+    explorer = widgets.ChunkSizeExplorer(memory_budget=2**20)
+    explorer.n.value = 2**20
+    explorer.chunk_range.value = (1, 4096)
+    records = explorer.run()
+    assert len(records) == 13
+    assert all(r["median_ms"] is None and r["skipped"] for r in records)
+    assert explorer.table.value.count("skipped: needs ~") == 13
+
+
+def test_generation_explorer_runs_and_guards():
+    explorer = widgets.GenerationExplorer(memory_budget=2**22)
+    explorer.positions.value = (64, 2**20)
+    explorer.d.value = 32
+    explorer.repeats.value = 3
+    explorer.run()
+    ran = [r for r in explorer.records if r["skipped"] is None]
+    skipped = [r for r in explorer.records if r["skipped"]]
+    assert [r["position"] for r in ran] == [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    assert all(r["softmax_us"] > 0 and r["linear_us"] > 0 for r in ran)
+    assert skipped and all(r["softmax_us"] is None and r["linear_us"] is None for r in skipped)
+    assert explorer.table.value.count("skipped: needs ~") == len(skipped)
+    assert ran[-1]["cache_bytes"] > 100 * ran[-1]["state_bytes"]
+    assert explorer.progress.value == len(explorer.records)
+    times, memory = plotted(explorer, 0), plotted(explorer, 1)
+    assert first_xs(times) == [r["position"] for r in ran]
+    assert "O(1)" in times and "KV cache (slope 1.0)" in memory
+
+
+@pytest.mark.parametrize("exponent", [1, 2])
+def test_loglog_panel_reports_the_slope(exponent):
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots()
+    ns = [256, 512, 1024]
+    widgets.loglog_panel(axis, {"m": (ns, [n**exponent for n in ns])}, xlabel="N", ylabel="t")
+    assert axis.get_legend_handles_labels()[1][0] == f"m (slope {exponent:.1f})"
+    plt.close(figure)
+
+
+def test_records_table_escapes():
+    table = widgets.records_table([{"a": "<b>"}], [("a", lambda r: r["a"])])
+    assert "&lt;b&gt;" in table and "<b>" not in table
+
+
+def test_offline_slider_embeds_every_frame_and_checks_its_inputs():
+    page = widgets.offline_slider([b"a", b"b", b"c"], ["N = 1", "N = 2", "N = 3"], label="N")
+    assert 'max="2"' in page and '"N = 1"' in page and "<script>" in page
+    assert "http" not in page  # nothing to fetch: the frames are data: URIs
+    with pytest.raises(ValueError, match="same length"):
+        widgets.offline_slider([b"a"], ["N = 1", "N = 2"])
+    with pytest.raises(ValueError, match="non-empty"):
+        widgets.offline_slider([], [])
+
+
+def test_chunk_size_explorer_time_guard():
+    explorer = widgets.ChunkSizeExplorer(memory_budget=2**40)  # memory no limit: time decides
+    explorer.n.value, explorer.d.value = 2**18, 16
+    explorer.chunk_range.value = (1024, 2048)
+    explorer.max_seconds.value = 0.1
+    records = explorer.run()
+    assert all(r["median_ms"] is None for r in records)
+    assert all(" s > max_seconds 0.1 s" in r["skipped"] for r in records)
