@@ -84,7 +84,9 @@ def test_records_grow_with_n(cli_results):
     softmax = {r["n"]: r["peak_bytes"] for r in records if r["method"] == "softmax_naive_causal"}
     matrix = 1024 * 1024 * 4
     assert 2 * matrix <= softmax[1024] < 5 * matrix  # scores, masked scores, probabilities
-    assert softmax[1024] > 8 * softmax[256]  # N×N: ×16 from 256 to 1024
+    # N×N growth: at least two more 1024² − 256² float32 matrices (the small point also carries
+    # a fixed cost of allocator and thread state, about a MiB, so a ratio would be fragile)
+    assert softmax[1024] - softmax[256] > 0.9 * 2 * (1024**2 - 256**2) * 4
 
 
 def test_plot_command_draws_a_png(cli_results, tmp_path):
