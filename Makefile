@@ -13,10 +13,10 @@ PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
 
 .PHONY: help book serve test lint unit nbval build-clean browser notebooks lab assets venv \
-        chromium constraints clean
+        chromium constraints clean gpu
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit nbval browser notebooks lab assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit nbval browser notebooks lab gpu assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -71,6 +71,21 @@ notebooks: venv
 
 lab: venv
 	$(BIN)/jupyter lab --notebook-dir=chapters
+
+# On a machine with an NVIDIA GPU: the GPU tests, then the measurements committed under figures/
+# (the kernel comparison and a bfloat16 complexity run, named after the device), which the
+# scaling chapter reads.
+gpu: venv
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
+	  'make gpu needs a CUDA device, and torch.cuda.is_available() is False here')"
+	$(BIN)/pytest -m gpu tests
+	device=$$($(PY) -c "import re, torch; \
+	  print(re.sub('[^a-z0-9]+', '_', torch.cuda.get_device_name().lower()).strip('_'))"); \
+	$(PY) -m linattn_core.bench gpu --json figures/bench_gpu_$$device.json && \
+	$(PY) -m linattn_core.bench complexity --device cuda --dtype bfloat16 --causal --d 64 \
+	  --min-n 256 --max-n 262144 --json figures/bench_gpu_$${device}_complexity.json && \
+	$(PY) -m linattn_core.bench plot figures/bench_gpu_$${device}_complexity.json \
+	  --out figures/bench_gpu_$${device}_complexity.png
 
 # --- checks -------------------------------------------------------------------------------
 test: venv assets chromium

@@ -207,7 +207,14 @@ class ComplexityExplorer(Explorer):
         )
 
     def _on_device(self, change):
-        self.methods.options = default_methods(change["new"])
+        device = change["new"]
+        if device == "cuda" and not torch.cuda.is_available():
+            self.table.value = (
+                "<p>device 'cuda' needs a CUDA GPU, and torch.cuda.is_available() is False "
+                "here: the explorer measures on the CPU.</p>"
+            )
+            device = self.device.value = "cpu"
+        self.methods.options = default_methods(device)
         self.methods.value = tuple(self.methods.options)
         self.methods.rows = len(self.methods.options)
 

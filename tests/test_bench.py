@@ -139,10 +139,11 @@ def test_gpu_command_refuses_without_cuda(tmp_path):
         main(["gpu", "--json", str(tmp_path / "gpu.json")])
 
 
-def test_gpu_benchmark_rows_on_the_cpu():
+def test_gpu_benchmark_rows_on_the_cpu(tmp_path):
+    from linattn_core.bench import load_gpu_results
     from linattn_core.bench.gpu import flop_count, gpu_benchmark
 
-    shape = {"sweep": "test", "B": 1, "H": 1, "N": 32, "d": 16}
+    shape = {"sweep": "crossover", "B": 1, "H": 1, "N": 32, "d": 16}
     results = gpu_benchmark(shapes=[shape], device="cpu")
     assert set(results) == {"provenance", "roofline", "formulas", "rows"}
     rows = {(row["method"], row["mode"]): row for row in results["rows"]}
@@ -156,3 +157,74 @@ def test_gpu_benchmark_rows_on_the_cpu():
         assert rows[("sdpa_cudnn", mode)]["skipped"]  # no cuDNN on the CPU
     fla = rows[("fla_chunk_linear_attn", "fwd")]
     assert fla["skipped"] or fla["median_ms"] > 0
+    # what the command writes, the chapter's loader reads: one crossover per mode
+    (tmp_path / "bench_gpu_test.json").write_text(json.dumps(results))
+    [comparison] = load_gpu_results(tmp_path)["comparisons"]
+    assert sorted(c["mode"] for c in comparison["crossovers"]) == ["fwd", "fwd+bwd"]
+    assert all(c["ns"] == [32] and c["dtype"] == "bfloat16" for c in comparison["crossovers"])
+
+
+def _comparison_rows(speedups):
+    """Rows of a `gpu` run's crossover sweep: our kernel at the given speed-ups over SDPA's best
+    (None: the row was skipped), and an SDPA row that the crossover must ignore."""
+    rows = []
+    for (d, mode), by_n in speedups.items():
+        for n, speedup in by_n.items():
+            shape = {"sweep": "crossover", "B": 1, "H": 16, "N": n, "d": d}
+            common = {**shape, "mode": mode, "dtype": "bfloat16", "skipped": None}
+            rows.append({**common, "method": "linear_triton", "vs_sdpa_best": speedup})
+            rows.append({**common, "method": "sdpa_flash", "vs_sdpa_best": 1.0})
+    tokens = {"sweep": "tokens", "B": 4, "H": 32, "N": 4096, "d": 64, "mode": "fwd"}
+    rows.append({**tokens, "dtype": "bfloat16", "method": "linear_triton", "vs_sdpa_best": 9.0})
+    return rows
+
+
+def test_load_gpu_results_reads_committed_files(tmp_path):
+    from linattn_core.bench import load_gpu_results
+    from linattn_core.bench.results import crossovers
+
+    roofline = {"copy_gbps": 3000.0, "matmul_tflops": 600.0}  # 2bP/β = 800 in bfloat16
+    speedups = {
+        (64, "fwd"): {1024: 0.7, 2048: 1.2, 4096: 0.95, 8192: 1.3, 16384: 1.9},
+        (128, "fwd"): {1024: 1.1, 2048: 1.5},
+        (64, "fwd+bwd"): {1024: 0.5, 2048: None, 4096: 0.9},
+    }
+    comparison = {"provenance": {"device": "H100"}, "roofline": roofline, "formulas": {}}
+    comparison["rows"] = _comparison_rows(speedups)
+    cuda_run = {"provenance": {"device": "H100"}, "settings": {}, "records": []}
+    cuda_run["records"] = [{"method": "sdpa_causal", "n": 256, "device": "cuda"}]
+    cpu_run = {"provenance": {}, "records": [{"method": "sdpa_causal", "n": 256, "device": "cpu"}]}
+    files = {"bench_gpu_h100.json": comparison, "complexity_cuda.json": cuda_run}
+    files |= {"scaling_cpu.json": cpu_run, "bare_list.json": []}
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+
+    results = load_gpu_results(tmp_path)
+    [run] = results["complexity"]
+    assert run["path"].endswith("complexity_cuda.json") and run["records"] == cuda_run["records"]
+    [found] = results["comparisons"]
+    assert found["provenance"] == {"device": "H100"} and found["roofline"] == roofline
+    assert all({"sweep", "B", "H", "N", "d"} <= set(row) for row in found["rows"])
+    by_shape = {(c["d"], c["mode"]): c for c in found["crossovers"]}
+    assert set(by_shape) == set(speedups)  # the tokens sweep has no crossover
+    # ahead from 8192 on (the win at 2048 does not last), from the start, and never
+    assert by_shape[(64, "fwd")]["measured_n"] == 8192
+    assert by_shape[(128, "fwd")]["measured_n"] == 1024
+    assert by_shape[(64, "fwd+bwd")]["measured_n"] is None
+    assert by_shape[(64, "fwd")]["ns"] == [1024, 2048, 4096, 8192, 16384]
+    # forward: N* = max(2bP/β, 2(C + d)) = max(800, 256 or 384); forward and backward, with
+    # 3.5× and 4× the forward FLOPs and 11 d b bytes per token: max(11bP/β, 16(C + d)) / 7
+    balance = 600e12 / 3000e9
+    assert by_shape[(64, "fwd")]["predicted_n"] == pytest.approx(2 * 2 * balance)
+    assert by_shape[(128, "fwd")]["predicted_n"] == pytest.approx(2 * 2 * balance)
+    assert by_shape[(64, "fwd+bwd")]["predicted_n"] == pytest.approx(11 * 2 * balance / 7)
+    slow_memory = {"copy_gbps": 3000.0, "matmul_tflops": 100.0}  # 2bP/β ≈ 133 < 2(C + d)
+    [compute_bound] = crossovers(_comparison_rows({(128, "fwd"): {1024: 1.1}}), slow_memory)
+    assert compute_bound["predicted_n"] == 2 * (64 + 128)
+
+    broken = dict(comparison, rows=[{"method": "linear_triton", "N": 1024}])
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    with pytest.raises(
+        ValueError, match=r"broken.json rows\[0\] must have the keys.*missing sweep"
+    ):
+        load_gpu_results(tmp_path)

@@ -311,8 +311,28 @@ def test_cpu_tensors_without_the_interpreter_are_refused():
     )
     unset, too_late = out.splitlines()
     assert "set the environment variable TRITON_INTERPRET=1 before" in unset
-    assert "TRITON_INTERPRET=1 was set after linattn_core.kernels was imported" in too_late
+    assert "TRITON_INTERPRET=1 was set after triton was imported" in too_late
     assert "Got phi_q.device=cpu" in unset
+
+
+def test_interpreter_switched_on_between_triton_and_the_kernels_is_refused():
+    out = run_python(
+        """
+        import os
+        import torch
+        import triton  # defines triton's own library for compiled kernels
+        os.environ["TRITON_INTERPRET"] = "1"
+        from linattn_core import linear_attention
+
+        x = torch.ones(1, 1, 8, 16)
+        try:
+            linear_attention(x, x, x, causal=True, method="triton")
+        except ValueError as error:
+            print(error)
+        """,
+        interpret=False,
+    )
+    assert "TRITON_INTERPRET=1 was set after triton was imported" in out
 
 
 COMPILE_FOR_HOPPER = """

@@ -1,12 +1,18 @@
 """The scaling chapter's explorers, headless: controls change, Run measures, plot and table update,
-and the memory guard refuses points that do not fit (they are listed, never run)."""
+and the memory guard refuses points that do not fit (they are listed, never run); the decode steps
+of the generation explorer agree with the package's attention."""
+
+import dataclasses
 
 import matplotlib
 import pytest
+import torch
 
 matplotlib.use("Agg")
 
-from linattn_core import widgets
+from linattn_core import linear_attention, softmax_attention, widgets
+from linattn_core.bench import METHODS
+from linattn_core.testing import assert_close, random_qkv
 
 BUDGET = 2**30  # 1 GiB: a fixed budget, whatever the machine has free
 
@@ -74,10 +80,100 @@ def test_complexity_explorer_guard_refuses_absurd_sizes():
     assert "GB" in explorer.table.value
 
 
+def test_complexity_explorer_never_runs_a_refused_point(monkeypatch):
+    calls = []
+    method = METHODS["softmax_naive"]
+
+    def spy(q, k, v, causal):
+        calls.append(q.shape[-2])
+        return method.run(q, k, v, causal)
+
+    monkeypatch.setitem(METHODS, "softmax_naive", dataclasses.replace(method, run=spy))
+    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer.n_range.value = (256, 2**24)
+    explorer.methods.value = ("softmax_naive",)
+    explorer.repeats.value = 1
+    explorer.measure_memory.value = False
+    records = explorer.run()
+    ran = {r["n"] for r in records if r["skipped"] is None}
+    refused = {r["n"] for r in records if r["skipped"]}
+    assert ran and refused and max(ran) < min(refused)
+    assert ran <= set(calls) <= ran | {512}  # the measured points, the calibration call at 512
+    assert not refused & set(calls)
+
+
+def test_chunk_size_explorer_never_runs_a_refused_chunk_size(monkeypatch):
+    calls = []
+
+    def spy(q, k, v, *, chunk_size, **options):
+        calls.append(chunk_size)
+        return linear_attention(q, k, v, chunk_size=chunk_size, **options)
+
+    monkeypatch.setattr(widgets, "linear_attention", spy)
+    explorer = widgets.ChunkSizeExplorer(memory_budget=8 * 10**6)
+    explorer.n.value, explorer.d.value = 4096, 16
+    explorer.chunk_range.value = (64, 1024)
+    explorer.repeats.value = 1
+    records = explorer.run()
+    ran = {r["chunk_size"] for r in records if r["skipped"] is None}
+    refused = {r["chunk_size"] for r in records if r["skipped"]}
+    assert ran == {64, 128} and refused == {256, 512, 1024}
+    assert set(calls) == ran
+
+
+def test_generation_explorer_never_runs_a_refused_position(monkeypatch):
+    positions = []
+
+    def spy(q, k_cache, v_cache):
+        positions.append(k_cache.shape[0])
+        return softmax_step(q, k_cache, v_cache)
+
+    softmax_step = widgets.softmax_decode_step
+    monkeypatch.setattr(widgets, "softmax_decode_step", spy)
+    explorer = widgets.GenerationExplorer(memory_budget=2**20)
+    explorer.positions.value = (64, 2**16)
+    explorer.repeats.value = 1
+    records = explorer.run()
+    ran = {r["position"] for r in records if r["skipped"] is None}
+    refused = {r["position"] for r in records if r["skipped"]}
+    assert ran and refused and set(positions) == ran
+
+
 def test_complexity_explorer_follows_the_device():
     explorer = widgets.ComplexityExplorer()
     assert "linear_triton" not in explorer.methods.options  # CPU: no Triton kernels
     assert explorer.device.options[0] == "cpu"
+
+
+def test_complexity_explorer_explains_a_missing_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer._on_device({"new": "cuda"})
+    assert "torch.cuda.is_available() is False" in explorer.table.value
+    assert explorer.device.value == "cpu"
+    assert explorer.methods.options == tuple(widgets.default_methods("cpu"))
+    explorer.n_range.value = (256, 256)
+    explorer.methods.value = ("linear_chunked",)
+    explorer.measure_memory.value = False
+    (record,) = explorer.run()  # still measures, on the CPU
+    assert record["device"] == "cpu" and record["median_ms"] > 0
+
+
+@pytest.mark.parametrize(("n", "d", "d_v"), [(1, 4, 4), (37, 5, 3), (64, 16, 16)])
+def test_decode_steps_match_the_package(n, d, d_v):
+    q, k, v = random_qkv(n=n, d=d, d_v=d_v, seed=n + d, positive=True)  # (N, d), (N, d_v)
+    state, normalizer = torch.zeros(d, d_v, dtype=q.dtype), torch.zeros(d, dtype=q.dtype)
+    linear = torch.stack(
+        [widgets.linear_decode_step(q[t], k[t], v[t], state, normalizer) for t in range(n)]
+    )
+    expected = linear_attention(q, k, v, causal=True, method="recurrent", eps=0.0)
+    assert_close(linear, expected, rtol=1e-12, name="linear decode steps")
+    assert_close(state, k.mT @ v, rtol=1e-12, name="final state")
+    softmax = torch.stack(
+        [widgets.softmax_decode_step(q[t], k[: t + 1], v[: t + 1]) for t in range(n)]
+    )
+    expected = softmax_attention(q, k, v, causal=True)
+    assert_close(softmax, expected, rtol=1e-12, name="softmax decode steps")
 
 
 def test_chunk_size_explorer_runs_and_fits_the_model():

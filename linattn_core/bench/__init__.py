@@ -4,6 +4,8 @@
   and time guard, as records (the data of the book's scaling plots);
 - `estimate_peak_bytes`: the guard's estimate of one call's peak memory;
 - `gpu_benchmark`: our Triton kernel against torch, SDPA's backends and FLA on a CUDA device;
+- `load_gpu_results`: the committed GPU measurements of a folder, with the measured and the
+  predicted crossover length of each comparison;
 - `plot_complexity`: time and memory against N on log-log axes, with fitted slopes.
 
 The command line (`python -m linattn_core.bench --help`) runs the same functions and writes JSON
@@ -21,6 +23,7 @@ __all__ = [
     "default_methods",
     "estimate_peak_bytes",
     "gpu_benchmark",
+    "load_gpu_results",
     "plot_complexity",
     "provenance",
     "slopes",
@@ -37,4 +40,8 @@ def __getattr__(name):
         from linattn_core.bench.gpu import gpu_benchmark
 
         return gpu_benchmark
+    if name == "load_gpu_results":
+        from linattn_core.bench.results import load_gpu_results
+
+        return load_gpu_results
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,9 @@ autograd Function and the documented public function (`linear_attention.py`), in
 does not, so the package works where triton is absent.
 
 The kernels run on CUDA tensors, and on CPU tensors in the Triton interpreter when the
-environment variable TRITON_INTERPRET=1 is set before this package is first imported.
+environment variable TRITON_INTERPRET=1 is set before triton is first imported in the process
+(triton reads it then; modules such as torch.utils.flop_counter import triton too), for example
+at the top of a script or notebook, or as `TRITON_INTERPRET=1 python ...`.
 """
 
 from linattn_core.kernels.linear_attention import CausalLinearAttention, triton_linear_attention

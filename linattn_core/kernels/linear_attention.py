@@ -85,7 +85,7 @@ def triton_linear_attention(
     non-causal attention is two plain matrix products, φ(Q) (φ(K)ᵀ V), as fast as any kernel.
 
     The kernels run on CUDA tensors, or on CPU tensors under the Triton interpreter (the
-    environment variable TRITON_INTERPRET=1, set before this module is first imported).
+    environment variable TRITON_INTERPRET=1, set before triton is first imported).
 
     Args:
         phi_q, phi_k: feature-mapped queries and keys `(..., N, d)`, d ∈ {16, 32, 64, 128};

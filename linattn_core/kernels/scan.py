@@ -233,8 +233,12 @@ def _causal_scan_kernel(
         tl.store(out_pointers, out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
 
 
-# Kernels are defined for the interpreter when TRITON_INTERPRET=1 is set at import time.
-INTERPRETED = isinstance(_causal_scan_kernel, InterpretedFunction)
+# The kernels run in the interpreter when TRITON_INTERPRET=1 was set before triton's first import:
+# triton defines its own library (tl.sum, tl.cdiv, ...) for the interpreter or not at that moment,
+# and ours when this module is imported; set in between, kernels and library do not match.
+INTERPRETED = isinstance(_causal_scan_kernel, InterpretedFunction) and isinstance(
+    tl.standard.cdiv, InterpretedFunction
+)
 
 
 def causal_scan(

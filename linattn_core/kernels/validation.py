@@ -59,14 +59,14 @@ def check_kernel_device(fn, name, x):
         return
     if triton.knobs.runtime.interpret:
         hint = (
-            "TRITON_INTERPRET=1 was set after linattn_core.kernels was imported; set it before "
-            "the first import (restart the Python process or notebook kernel)"
+            "TRITON_INTERPRET=1 was set after triton was imported; set it before triton's "
+            "first import (restart the Python process or notebook kernel)"
         )
     else:
         hint = (
-            "set the environment variable TRITON_INTERPRET=1 before linattn_core.kernels is "
-            "first imported (`TRITON_INTERPRET=1 python ...`, or os.environ['TRITON_INTERPRET'] "
-            "= '1' before the import)"
+            "set the environment variable TRITON_INTERPRET=1 before triton is first imported "
+            "(`TRITON_INTERPRET=1 python ...`, or os.environ['TRITON_INTERPRET'] = '1' at the "
+            "top of the script, before linattn_core.kernels or torch.utils.flop_counter)"
         )
     raise ValueError(
         f"{fn}: {name} is on the CPU, where the Triton kernels run only in the Triton "
