@@ -1,62 +1,18 @@
 """The scaling chapter's kernel-free figure in the built book: moving its slider over N changes
 the frame and the caption, with no JavaScript error and no request leaving 127.0.0.1.
 
-Runs after `make book`, like test_browser.py (same server and Chromium set-up).
+Runs after `make book`, like test_browser.py (the harness of conftest.py).
 """
 
-import functools
-import http.server
-import shutil
-import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-HTML = ROOT / "_build" / "html"
+HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
+
 PAGE = "chapters/09_scaling.html"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 pytestmark = pytest.mark.book
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def server():
-    if not (HTML / PAGE).is_file():
-        pytest.fail(f"{HTML / PAGE} does not exist: build the book first (make book)")
-    handler = functools.partial(QuietHandler, directory=str(HTML))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium not found: install Debian's chromium (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield browser
-        browser.close()
 
 
 def shown(figure):
@@ -67,20 +23,9 @@ def shown(figure):
     )
 
 
-def test_slider_over_n_changes_the_figure_offline(server, browser):
-    problems = []
-    page = browser.new_page()
-
-    def route(route):
-        host = urlparse(route.request.url).hostname
-        if route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-            route.continue_()
-        else:
-            problems.append(f"request leaves 127.0.0.1: {route.request.url}")
-            route.abort()
-
-    page.route("**/*", route)
-    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+def test_slider_over_n_changes_the_figure_offline(server, offline_page):
+    assert (HTML / PAGE).is_file(), f"{HTML / PAGE} does not exist: build the book first"
+    page, problems = offline_page
     page.goto(f"{server}/{PAGE}", wait_until="load")
 
     figure = page.locator(".offline-slider").first

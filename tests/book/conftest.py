@@ -1,0 +1,77 @@
+"""The harness of the built-book checks: a server on 127.0.0.1 for `_build/html`, Debian's
+Chromium driven by Playwright (never a downloaded browser), and pages that record every request
+leaving 127.0.0.1 and every JavaScript error as a problem.
+"""
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def server():
+    if not HTML.is_dir():
+        pytest.fail(f"{HTML} does not exist: build the book first (make book)")
+    handler = functools.partial(QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium not found: install Debian's chromium (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def offline_page(browser):
+    """A new page that serves only 127.0.0.1, data: and blob: URLs: `(page, problems)`, where
+    problems lists the requests it refused and the JavaScript errors it saw."""
+    problems = []
+    page = browser.new_page()
+
+    def route(route):
+        host = urlparse(route.request.url).hostname
+        if route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            route.continue_()
+        else:
+            problems.append(f"request leaves 127.0.0.1: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", route)
+    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    yield page, problems
+    if not page.is_closed():
+        page.close()
