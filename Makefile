@@ -12,11 +12,11 @@ NB     ?= $(sort $(wildcard chapters/*.ipynb))
 PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
 
-.PHONY: help book serve test lint unit nbval nbval-portable build-clean browser notebooks lab assets venv \
-        chromium constraints clean gpu
+.PHONY: help book serve test lint unit gpu-compile nbval nbval-portable build-clean browser notebooks \
+        lab assets venv chromium constraints clean gpu kernels-report
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit nbval nbval-portable browser notebooks lab gpu assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit gpu-compile nbval nbval-portable browser notebooks lab gpu kernels-report assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -87,9 +87,21 @@ gpu: venv
 	$(PY) -m linattn_core.bench plot figures/bench_gpu_$${device}_complexity.json \
 	  --out figures/bench_gpu_$${device}_complexity.png
 
+# The compile reports of the scaling chapter: every kernel of ours for sm_80, sm_89 and sm_90, and
+# flash-linear-attention's chunked kernels, installed without dependencies into .fla (a peer to
+# compare with, never a dependency of the package). Re-run after changing a kernel or a tile.
+FLA := .fla/.installed
+kernels-report: venv $(FLA)
+	$(PY) -m linattn_core.kernels.compile --arch 80 89 90 --json figures/kernels_compiled.json
+	PYTHONPATH=.fla $(PY) -m linattn_core.kernels.compile --peer fla \
+	    --json figures/kernels_compiled_fla.json
+$(FLA): | venv
+	$(BIN)/pip install --quiet --no-deps --target .fla fla-core==0.6.0 einops==0.8.2
+	@touch $@
+
 # --- checks -------------------------------------------------------------------------------
 test: venv assets chromium
-	$(MAKE) --no-print-directory lint unit nbval nbval-portable book browser
+	$(MAKE) --no-print-directory lint unit gpu-compile nbval nbval-portable book browser
 
 lint: venv
 	$(BIN)/ruff check $(LINTED)
@@ -111,5 +123,11 @@ nbval-portable: venv
 browser: venv
 	$(BIN)/pytest -m book tests/book
 
+# Compile every Triton kernel for A100 (sm_80) and H100 (sm_90) on this CPU and fail on a compile
+# error, a register spill, shared memory over the limit or 16-bit products off the tensor cores.
+# Results are cached by kernel source in ~/.cache/linattn_core/compile (cold: about 3 minutes).
+gpu-compile: venv
+	$(PY) -m linattn_core.kernels.compile
+
 clean:
-	rm -rf _build _assets node_modules package-lock.json .pytest_cache .ruff_cache .hypothesis
+	rm -rf _build _assets node_modules package-lock.json .pytest_cache .ruff_cache .hypothesis .fla

@@ -6,6 +6,10 @@ tolerance rather than the measured error, so stored outputs are the same on ever
 """
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import torch
 
@@ -107,6 +111,35 @@ def random_qkv(*batch, n, d, d_v=None, dtype=torch.float64, seed=0, positive=Fal
     if positive:
         q, k = q.abs(), k.abs()
     return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def run_python(code, *, interpret=False, cwd=None, timeout=600):
+    """Run `code` (dedented) in a fresh Python process and return what it printed.
+
+    Triton decides once per process whether kernels run in its CPU interpreter, when it is first
+    imported: a test of that decision, or of compiling for a GPU (which the interpreter cannot
+    do), needs a process of its own. `interpret` sets TRITON_INTERPRET=1 there; otherwise it is
+    unset. A non-zero exit raises AssertionError with the child's stderr.
+
+    >>> run_python("print(6 * 7)")
+    '42\\n'
+    """
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if child.returncode != 0:
+        raise AssertionError(
+            f"run_python: the child exited with {child.returncode}:\n{child.stderr}"
+        )
+    return child.stdout
 
 
 def in_float64(fn, *tensors, **kwargs):

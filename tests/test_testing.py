@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from linattn_core.testing import assert_close, check, in_float64, random_qkv, relative_error
+from linattn_core.testing import (
+    assert_close,
+    check,
+    in_float64,
+    random_qkv,
+    relative_error,
+    run_python,
+)
 
 
 def test_relative_error_is_the_ratio_of_norms():
@@ -109,3 +116,11 @@ def test_in_float64_needs_a_floating_tensor():
 def test_relative_error_does_not_broadcast():
     with pytest.raises(ValueError, match=r"got actual\.shape=\(3,\), expected\.shape=\(1, 3\)"):
         relative_error(torch.ones(3), torch.ones(1, 3))
+
+
+def test_run_python_sets_or_unsets_the_interpreter_and_reports_failures():
+    code = "import os; print(os.environ.get('TRITON_INTERPRET'))"
+    assert run_python(code, interpret=True) == "1\n"
+    assert run_python(code) == "None\n"
+    with pytest.raises(AssertionError, match="exited with 3"):
+        run_python("import sys; sys.exit(3)")

@@ -34,8 +34,8 @@ FORMULAS = {
     "softmax_fwd_flops": "2·B·H·N²·d (Q Kᵀ and P V, 4·B·H·N²·d halved by the causal mask)",
     "linear_fwd_flops": "B·H·N·(2·C·(d + d_v) + 4·d·d_v), C = 64: per chunk Q Kᵀ and P V "
     "(C×C blocks), Q S and Kᵀ V (d×d_v state)",
-    "fwd+bwd_flops": "softmax: 3.5 × fwd (FlashAttention's count); linear: 4 × fwd (three "
-    "backward scans, each a forward's work)",
+    "fwd+bwd_flops": "softmax: 3.5 × fwd (FlashAttention's count); linear: 4 × fwd (the "
+    "gradients of q, k and v, each a forward's work)",
     "fwd_bytes": "itemsize·B·H·N·(2·d + 2·d_v): read q, k, v, write o",
     "fwd+bwd_bytes": "itemsize·B·H·N·(6·d + 5·d_v): fwd, then read q, k, v, dO, write dq, dk, dv",
 }

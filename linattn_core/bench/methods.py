@@ -88,9 +88,10 @@ def _linear_chunked_bytes(n, d, itemsize, causal, device, dtype):
 def _linear_triton_bytes(n, d, itemsize, causal, device, dtype):
     if not causal:
         return _linear_chunked_bytes(n, d, itemsize, causal, device, dtype)
-    # the output and the float32 reciprocal denominators; float32 d×d states of at most 512
-    # segments (two programs per SM), their prefix sums and copies
-    return n * (d * itemsize + 4) + 3 * 512 * d * d * 4 + 2**20
+    # the output and the float32 reciprocal denominators; the N/C + 2 mean states (d × d, in the
+    # inputs' dtype) and float32 key sums at the chunk boundaries
+    n_chunks = n // CHUNK_SIZE + 2
+    return n * (d * itemsize + 4) + n_chunks * d * (d * itemsize + 4) + 2**20
 
 
 METHODS = {

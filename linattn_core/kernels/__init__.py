@@ -1,10 +1,13 @@
 """Triton kernels for causal linear attention, forward and backward.
 
-Layered as in flash-linear-attention: `@triton.jit` kernels and their launcher (`scan.py`), an
-autograd Function and the documented public function (`linear_attention.py`), input checks
-(`validation.py`). `linattn_core.linear_attention(..., method="triton")` calls
-`triton_linear_attention`. Importing this package imports triton; the rest of `linattn_core`
-does not, so the package works where triton is absent.
+Layered as in flash-linear-attention: `@triton.jit` kernels and their launchers (`forward.py`,
+`backward.py`), the tiles each launcher picks per GPU architecture (`tiles.py`), input checks
+(`validation.py`), the autograd Function and the documented public function
+(`linear_attention.py`). `linattn_core.linear_attention(..., method="triton")` calls
+`triton_linear_attention`. `python -m linattn_core.kernels.compile` compiles every kernel for
+A100 and H100 without a GPU and reports registers, spills, shared memory and tensor-core use.
+Importing this package imports triton; the rest of `linattn_core` does not, so the package works
+where triton is absent.
 
 The kernels run on CUDA tensors, and on CPU tensors in the Triton interpreter when the
 environment variable TRITON_INTERPRET=1 is set before triton is first imported in the process
@@ -13,8 +16,8 @@ at the top of a script or notebook, or as `TRITON_INTERPRET=1 python ...`.
 """
 
 from linattn_core.kernels.linear_attention import CausalLinearAttention, triton_linear_attention
-from linattn_core.kernels.scan import INTERPRETED, causal_scan
 from linattn_core.kernels.validation import (
+    INTERPRETED,
     SUPPORTED_CHUNK_SIZES,
     SUPPORTED_DIMS,
     SUPPORTED_DTYPES,
@@ -26,6 +29,5 @@ __all__ = [
     "SUPPORTED_DIMS",
     "SUPPORTED_DTYPES",
     "CausalLinearAttention",
-    "causal_scan",
     "triton_linear_attention",
 ]

@@ -1,28 +1,33 @@
 """What the Triton kernels accept, checked before a launch, with messages that say what to fix."""
 
 import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from linattn_core._validation import _shape, check_attention_inputs
+from linattn_core.kernels.forward import chunk_states_fwd_kernel
 
 SUPPORTED_DIMS = (16, 32, 64, 128)
-SUPPORTED_CHUNK_SIZES = (16, 32, 64, 128)
+SUPPORTED_CHUNK_SIZES = (64,)  # the kernels' tile height, compiled and checked for every GPU
 SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
 
+# The kernels run in the interpreter when TRITON_INTERPRET=1 was set before triton's first import:
+# triton defines its own library (tl.sum, tl.cdiv, ...) for the interpreter or not at that moment,
+# and our kernels when their module is imported; set in between, kernels and library do not match.
+INTERPRETED = isinstance(chunk_states_fwd_kernel, InterpretedFunction) and isinstance(
+    tl.standard.cdiv, InterpretedFunction
+)
 
-def check_kernel_inputs(fn, names, q, k, v, *, chunk_size, rank=4):
-    """q, k `(B, H, N, d)`, v `(B, H, N, d_v)` (`rank` axes) that the kernels can run on.
+
+def check_kernel_inputs(fn, names, q, k, v, *, chunk_size):
+    """q, k `(..., N, d)` and v `(..., N, d_v)` that the kernels can run on.
 
     d and d_v must be in SUPPORTED_DIMS (tensor-core tiles, and no masking along features), the
-    dtype one of SUPPORTED_DTYPES, the device a CUDA GPU, or the CPU under the Triton
-    interpreter.
+    dtype one of SUPPORTED_DTYPES, the chunk size one of SUPPORTED_CHUNK_SIZES, the device a
+    CUDA GPU, or the CPU under the Triton interpreter.
     """
     check_attention_inputs(fn, names, q, k, v)
     q_name, _, v_name = names
-    if rank is not None and q.dim() != rank:
-        raise ValueError(
-            f"{fn}: {q_name} must have exactly {rank} dimensions (B, H, N, d); "
-            f"got {q_name}.shape={_shape(q)}"
-        )
     for name, x, dim in ((q_name, q, "d"), (v_name, v, "d_v")):
         if x.shape[-1] not in SUPPORTED_DIMS:
             raise ValueError(
@@ -39,7 +44,8 @@ def check_kernel_inputs(fn, names, q, k, v, *, chunk_size, rank=4):
     if chunk_size not in SUPPORTED_CHUNK_SIZES or isinstance(chunk_size, bool):
         raise ValueError(
             f"{fn}: chunk_size must be one of {', '.join(map(str, SUPPORTED_CHUNK_SIZES))} "
-            f"for the Triton kernels; got chunk_size={chunk_size!r}"
+            f"for the Triton kernels, whose tiles are compiled and checked for it; "
+            f"got chunk_size={chunk_size!r} (other chunk sizes: method='chunked')"
         )
     check_kernel_device(fn, q_name, q)
 
@@ -53,8 +59,6 @@ def check_kernel_device(fn, name, x):
             f"{fn}: the Triton kernels run on CUDA devices (or on the CPU under the Triton "
             f"interpreter); got {name}.device={x.device}"
         )
-    from linattn_core.kernels.scan import INTERPRETED
-
     if INTERPRETED:
         return
     if triton.knobs.runtime.interpret:

@@ -1,0 +1,147 @@
+"""The launches that the compile check compiles: the package's own, and flash-linear-attention's.
+
+A launch is recorded, not run: `intercepted_launches` replaces Triton's `JITFunction.run`, so a
+launcher called on small CPU tensors hands over each kernel with the exact arguments and options
+it would launch it with on a GPU (the outputs stay unwritten). `linear_attention_launches` does
+this for the package's forward and backward pass, `fla_launches` for the peer's.
+"""
+
+import collections
+import contextlib
+import dataclasses
+import importlib
+import itertools
+from unittest import mock
+
+import torch
+import triton
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
+
+from linattn_core.kernels.backward import chunk_linear_attention_bwd
+from linattn_core.kernels.forward import chunk_linear_attention_fwd
+from linattn_core.kernels.tiles import GPU_LIMITS
+from linattn_core.kernels.validation import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclasses.dataclass
+class Launch:
+    """One intercepted kernel launch: the JIT function and the arguments it was called with."""
+
+    kernel: JITFunction
+    args: tuple
+    kwargs: dict
+
+    @property
+    def name(self):
+        return self.kernel.fn.__name__
+
+    def __reduce__(self):  # a JIT function travels to a worker process by its import path
+        args = tuple(_detached(a) for a in self.args)
+        kwargs = {name: _detached(a) for name, a in self.kwargs.items()}
+        return _launch_from_path, (self.kernel.fn.__module__, self.name, args, kwargs)
+
+
+def _detached(x):
+    return x.detach() if isinstance(x, torch.Tensor) else x
+
+
+def _launch_from_path(module, name, args, kwargs):
+    kernel = getattr(importlib.import_module(module), name)
+    while not isinstance(kernel, JITFunction):  # inside decorators such as autotune
+        kernel = kernel.fn
+    return Launch(kernel, args, kwargs)
+
+
+@contextlib.contextmanager
+def intercepted_launches():
+    """Record `kernel[grid](...)` launches instead of running them (no GPU needed)."""
+    launches = []
+
+    def record(kernel, *args, grid, warmup, **kwargs):
+        launches.append(Launch(kernel, args, kwargs))
+
+    with mock.patch.object(JITFunction, "run", record):
+        yield launches
+
+
+def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
+    """(pass, Launch) for every kernel that causal linear attention launches, forward and
+    backward, on `arch` for these inputs."""
+    q, k, v, do = (
+        torch.zeros(1, 1, 2 * chunk_size, width, dtype=dtype) for width in (d_k, d_k, d_v, d_v)
+    )
+    options = {"chunk_size": chunk_size, "arch": arch}
+    with intercepted_launches() as forward:
+        o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=1e-6, **options)
+    with intercepted_launches() as backward:
+        chunk_linear_attention_bwd(q, k, v, o if normalize else None, rden, do, **options)
+    return [("forward", launch) for launch in forward] + [
+        ("backward", launch) for launch in backward
+    ]
+
+
+def configurations(dtypes=tuple(DTYPES)):
+    """Every input configuration the launcher accepts: dtype, d, d_v, chunk size, normalize."""
+    return itertools.product(
+        dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS, SUPPORTED_CHUNK_SIZES, (True, False)
+    )
+
+
+# One explicit config for each of FLA's autotuned kernels, from the kernel's own config list
+# (fla-core 0.6.0): the 64 × 64 tiles and 4 warps that ours use too, and for dq/dk on sm_80,
+# where 4 warps spill, the 8 of its list for non-Hopper GPUs.
+FLA_CONFIGS = {
+    "chunk_fwd_kernel_h": triton.Config({"BK": 64, "BV": 64}, num_warps=4, num_stages=2),
+    "chunk_fwd_kernel_o": triton.Config({"BK": 64, "BV": 64}, num_warps=4, num_stages=3),
+    "chunk_bwd_kernel_dh": triton.Config({"BK": 64, "BV": 64}, num_warps=4, num_stages=2),
+    "chunk_bwd_kernel_dqkwg": triton.Config({}, num_warps=4, num_stages=2),
+    "chunk_bwd_kernel_dv": triton.Config({}, num_warps=4, num_stages=2),
+}
+FLA_CONFIGS_SM80 = FLA_CONFIGS | {
+    "chunk_bwd_kernel_dqkwg": triton.Config({}, num_warps=8, num_stages=2),
+}
+FLA_DIMS = (64, 128)
+
+
+def fla_launches(arch, dtype, d, chunk_size=64):
+    """(pass, Launch) for flash-linear-attention's `chunk_linear_attn` (unnormalized, forward and
+    backward; fla-core 0.6.0, an optional peer that is never a dependency), launched as on `arch`:
+    its launchers read the shared memory of the GPU to pick tiles, so they are told the target's,
+    and each autotuned kernel runs the one config of `FLA_CONFIGS` (`FLA_CONFIGS_SM80` below
+    sm_90)."""
+    import fla.utils.hardware
+    from fla.ops.common import chunk_h, chunk_o
+    from fla.ops.linear_attn import chunk_linear_attn
+
+    shared = collections.defaultdict(lambda: GPU_LIMITS[arch].shared_per_block)
+    q, k, v = (
+        torch.zeros(1, 2 * chunk_size, 1, d, dtype=dtype, requires_grad=True) for _ in range(3)
+    )  # FLA's layout [B, N, H, d]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            mock.patch.object(fla.utils.hardware, "get_all_max_shared_mem", lambda: shared)
+        )
+        configs = FLA_CONFIGS if arch == 90 else FLA_CONFIGS_SM80
+        for module in (chunk_h, chunk_o):
+            for name, config in configs.items():
+                if hasattr(module, name):
+                    stack.enter_context(
+                        mock.patch.object(_autotuner(getattr(module, name)), "configs", [config])
+                    )
+        with intercepted_launches() as forward:
+            o, _ = chunk_linear_attn(q, k, v, normalize=False)
+        with intercepted_launches() as backward:
+            torch.autograd.grad(o, (q, k, v), torch.zeros_like(o))
+    return [("forward", launch) for launch in forward] + [
+        ("backward", launch) for launch in backward
+    ]
+
+
+def _autotuner(kernel):
+    """The Autotuner inside a kernel's decorators (heuristics, autotune, jit)."""
+    while not isinstance(kernel, Autotuner):
+        kernel = kernel.fn
+    return kernel

@@ -1,0 +1,137 @@
+"""The compile check (`python -m linattn_core.kernels.compile`): it finds what it must find, and the
+committed report describes the kernels as they are. The whole check runs in `make gpu-compile`;
+these tests compile a handful of kernels, in a process without the Triton interpreter."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from linattn_core.kernels.compile import occupancy, status
+from linattn_core.kernels.launches import configurations
+from linattn_core.kernels.tiles import GPU_LIMITS
+from linattn_core.kernels.validation import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.testing import run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "figures" / "kernels_compiled.json"
+KERNELS = {
+    "chunk_states_fwd_kernel",
+    "chunk_output_fwd_kernel",
+    "chunk_states_bwd_kernel",
+    "chunk_dv_bwd_kernel",
+    "chunk_dqk_bwd_kernel",
+}
+
+
+def compile_in_subprocess(code):
+    """Run `code` where triton compiles for GPUs (no TRITON_INTERPRET); return its JSON output."""
+    return json.loads(run_python(code, cwd=ROOT).strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_one_configuration_compiles_for_both_architectures_on_their_tensor_cores():
+    records = compile_in_subprocess(
+        """
+        import json, torch
+        from linattn_core.kernels import compile as check
+        from linattn_core.kernels.launches import linear_attention_launches
+
+        records = []
+        for arch in (80, 90):
+            launches = linear_attention_launches(arch, torch.bfloat16, 64, 32, 64, True)
+            for pass_, launch in launches:
+                record = {"arch": arch, "dtype": "bfloat16", "pass": pass_, "kernel": launch.name}
+                record |= check.compile_launch(launch, arch)
+                record["programs_per_sm"] = check.occupancy(
+                    arch, record["registers"], record["shared_bytes"], record["num_warps"]
+                )
+                records.append(record | {"status": check.status(record)})
+        print(json.dumps(records))
+        """
+    )
+    assert {r["kernel"] for r in records} == KERNELS
+    assert {(r["arch"], r["pass"]) for r in records} == {
+        (arch, p) for arch in (80, 90) for p in ("forward", "backward")
+    }
+    for r in records:
+        assert r["status"] == "ok", r
+        assert r["spill_bytes"] == 0 and r["programs_per_sm"] >= 2
+        opcode = "HGMMA" if r["arch"] == 90 and r["kernel"] != "chunk_states_bwd_kernel" else "MMA"
+        assert any(opcode in o and o.endswith("BF16") for o in r["mma_opcodes"]), r
+
+
+@pytest.mark.slow
+def test_a_spilling_tile_is_reported():
+    """64 × 64 float32 tiles with 4 warps need more than 255 registers a thread: the check must
+    say so (the launcher's table uses 16 × 16 for float32)."""
+    records = compile_in_subprocess(
+        """
+        import dataclasses, json, torch
+        from linattn_core.kernels import compile as check
+        from linattn_core.kernels.launches import linear_attention_launches
+
+        launches = linear_attention_launches(80, torch.float32, 128, 128, 64, True)
+        output = next(l for _, l in launches if l.name == "chunk_output_fwd_kernel")
+        big = dataclasses.replace(output, kwargs=output.kwargs | {"BK": 64, "BV": 64})
+        result = check.compile_launch(big, 80)
+        record = {"arch": 80, "dtype": "float32", **result}
+        print(json.dumps([record | {"status": check.status(record)}]))
+        """
+    )
+    (record,) = records
+    assert record["spill_bytes"] > 0
+    assert record["status"].startswith("spills")
+
+
+def test_status_names_every_problem():
+    ok = {"arch": 80, "dtype": "bfloat16", "spill_bytes": 0, "shared_bytes": 1024}
+    ok |= {"mma_instructions": 8, "mma_opcodes": ["HMMA.16816.F32.BF16"]}
+    assert status(ok) == "ok"
+    assert status(ok | {"spill_bytes": 12}) == "spills 12 bytes"
+    assert status(ok | {"shared_bytes": 200_000}).startswith("shared memory 200000 B > 166912 B")
+    assert status(ok | {"mma_instructions": 0, "mma_opcodes": []}) == "no tensor-core MMA"
+    assert status(ok | {"mma_opcodes": ["HMMA.1688.F32.TF32"]}) == "TF32 MMA for 16-bit inputs"
+    assert status({"error": "PTXASError: ..."}) == "compile error: PTXASError: ..."
+
+
+def test_occupancy_follows_cudas_limits():
+    # 255 registers × 128 threads: 32,768 of the 65,536 registers, two programs
+    assert occupancy(80, 255, 24 * 1024, 4) == 2
+    # shared memory binds: 100 KiB + the 1 KiB reserved fits once into 164 KiB
+    assert occupancy(80, 32, 100 * 1024, 4) == 1
+    # warps bind: 64 warps a multiprocessor, 8 a program
+    assert occupancy(90, 32, 1024, 8) == 8
+    assert GPU_LIMITS[90].shared_per_block == 232_448
+
+
+def test_committed_report_is_of_these_kernels_and_passes():
+    """figures/kernels_compiled.json (`make kernels-report`) covers every configuration of every
+    kernel on sm_80, sm_89 and sm_90, compiled from the sources of this checkout."""
+    report = json.loads(REPORT.read_text())
+    records = report["records"]
+    assert report["provenance"]["triton"] == "3.7.1"
+    assert {r["arch"] for r in records} == {80, 89, 90}
+    assert all(r["status"] == "ok" for r in records)
+    configs = {(r["dtype"], r["d"], r["d_v"], r["chunk"], r["normalize"]) for r in records}
+    assert configs == set(configurations())
+    assert {r["chunk"] for r in records} == set(SUPPORTED_CHUNK_SIZES)
+    assert {r["d"] for r in records} == set(SUPPORTED_DIMS)
+    source_hashes = compile_in_subprocess(
+        """
+        import json
+        from linattn_core.kernels import backward, forward
+
+        kernels = {**vars(forward), **vars(backward)}
+        names = [name for name in kernels if name.endswith("_kernel")]
+        print(json.dumps({name: kernels[name].cache_key[:16] for name in names}))
+        """
+    )
+    assert set(source_hashes) == KERNELS
+    for r in records:
+        assert r["source_hash"] == source_hashes[r["kernel"]], (
+            f"{r['kernel']} changed since figures/kernels_compiled.json was made: "
+            "run `make kernels-report`"
+        )
