@@ -16,7 +16,8 @@ the mask, so a running d×(...) summary of the rows already solved replaces T's 
 - `triangular_solve`: T⁻¹V in O(n d (c + d_v)), caching H = K_{[:l]}ᵀ (T⁻¹V)_{[:l]} `(d, d_v)`
   and building only T's c×c diagonal blocks;
 - `delta_rule`: the recurrence token by token ("recurrent"), or chunk by chunk with the chunk's
-  triangular system solved for all chunks at once (the UT / WY form, "chunked").
+  triangular system solved for all chunks at once (the UT / WY form, "chunked"), or that form
+  in Triton kernels, forward and backward ("triton", `linattn_core.kernels.delta_rule`).
 """
 
 import torch
@@ -29,7 +30,7 @@ from linattn_core._validation import (
     check_tensor,
 )
 
-METHODS = ("recurrent", "chunked")
+METHODS = ("recurrent", "chunked", "triton")
 
 
 def triangular_inverse(q, k, diag, *, chunk_size=64):
@@ -141,12 +142,15 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
                     W and Ũ come from one triangular solve for all chunks at once; then chunk
                     by chunk O = Q S_0ᵀ + tril(Q Kᵀ) U and S_C = S_0 + Uᵀ K.
                     O(N C (d_k + d_v) + N d_k d_v) time in matrix products.
+        "triton"    the chunked form in Triton kernels (`linattn_core.kernels.delta_rule`):
+                    chunks of 64, d_k and d_v in {16, 32, 64, 128}, float32 / bfloat16 /
+                    float16; on CUDA tensors, or on the CPU in the Triton interpreter.
 
     Args:
         q, k: queries and keys `(..., N, d_k)` (DeltaNet normalizes keys to unit length).
         v: values `(..., N, d_v)`.
         beta: learning rates β_t `(..., N)` (DeltaNet: in (0, 1)).
-        method: "recurrent" or "chunked".
+        method: "recurrent", "chunked" or "triton".
         chunk_size: tokens per chunk of "chunked" (positive int); N need not be a multiple.
         initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
 
@@ -176,9 +180,7 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     check_choice(fn, "method", method, METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     state_shape = (*q.shape[:-2], v.shape[-1], q.shape[-1])
-    if initial_state is None:
-        initial_state = q.new_zeros(state_shape)
-    else:
+    if initial_state is not None:
         check_tensor(fn, "initial_state", initial_state, min_rank=2)
         if initial_state.shape != state_shape:
             raise ValueError(
@@ -186,6 +188,13 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
                 f"got initial_state.shape={tuple(initial_state.shape)}"
             )
         _check_dtype_and_device(fn, q, initial_state=initial_state)
+    if method == "triton":
+        from linattn_core.kernels.delta_rule import triton_delta_rule  # triton is optional
+
+        options = {"chunk_size": chunk_size, "initial_state": initial_state}
+        return triton_delta_rule(q, k, v, beta, **options)
+    if initial_state is None:
+        initial_state = q.new_zeros(state_shape)
     if q.shape[-2] == 0:
         return v.new_zeros(v.shape), initial_state
     if method == "recurrent":

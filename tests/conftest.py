@@ -33,3 +33,43 @@ def softmax_naive_calls(monkeypatch):
 
     monkeypatch.setitem(METHODS, "softmax_naive", dataclasses.replace(method, run=spy))
     return calls
+
+
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """Uninitialized tensors come NaN-filled, so an element a kernel leaves unwritten fails."""
+
+    def poisoned(allocate):
+        def nan_filled(*args, **kwargs):
+            x = allocate(*args, **kwargs)
+            return x.fill_(float("nan")) if x.is_floating_point() else x
+
+        return nan_filled
+
+    monkeypatch.setattr(torch, "empty", poisoned(torch.empty))
+    monkeypatch.setattr(torch, "empty_like", poisoned(torch.empty_like))
+    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned(torch.Tensor.new_empty))
+
+
+@pytest.fixture
+def interpreter_bfloat16_dot(monkeypatch):
+    """The Triton interpreter keeps bfloat16 tensors as their uint16 bit patterns and its tl.dot
+    multiplies those (triton-lang/triton#11584, unsupported in triton 3.7). Widen bfloat16
+    operands to float32 first: exact, since a product of two bfloat16 numbers fits in float32,
+    so the dot then does what a GPU does, 16-bit operands and float32 accumulation."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    dot = interpreter.InterpreterBuilder.create_dot
+
+    def widen(x):
+        if x.dtype.scalar != tl.bfloat16:
+            return x
+        data = interpreter._convert_float(x.data, tl.bfloat16, tl.float32, None)
+        return interpreter.TensorHandle(data.view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, *args):
+        return dot(self, widen(a), widen(b), *args)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)

@@ -219,3 +219,18 @@ def test_load_gpu_results_reads_committed_files(tmp_path):
         ValueError, match=r"broken.json rows\[0\] must have the keys.*missing sweep"
     ):
         load_gpu_results(tmp_path)
+
+
+def test_delta_rule_methods_agree_and_the_kernel_is_left_out_on_the_cpu():
+    from linattn_core.bench import METHODS, default_methods
+    from linattn_core.testing import assert_close, random_qkv
+
+    q, k, v = random_qkv(1, 1, n=100, d=16)
+    outputs = [METHODS[name].run(q, k, v, True) for name in ("delta_recurrent", "delta_chunked")]
+    assert_close(outputs[1], outputs[0], rtol=1e-10)
+    assert METHODS["delta_triton"].needs_cuda
+    assert {"delta_recurrent", "delta_chunked"} <= set(default_methods("cpu"))
+    assert "delta_triton" not in default_methods("cpu")
+    for name in ("delta_recurrent", "delta_chunked", "delta_triton"):  # linear in N
+        ratio = estimate_peak_bytes(name, 2**16, 64) / estimate_peak_bytes(name, 2**15, 64)
+        assert 1.5 < ratio < 2.1, (name, ratio)

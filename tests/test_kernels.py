@@ -17,62 +17,18 @@ from linattn_core.kernels import linear_attention as kernels_module
 from linattn_core.kernels.backward import state_weights
 from linattn_core.kernels.forward import chunk_states_fwd
 from linattn_core.kernels.tiles import ARCHITECTURES
-from linattn_core.testing import assert_close, in_float64, random_qkv, run_python
+from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_qkv, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-RTOL_FLOAT32 = 1e-5  # float32 operands, exact float32 products: chained sums over the sequence
-# 16-bit operands, float32 accumulation: the similarity blocks and the states are rounded to the
-# inputs' precision (unit roundoff 2^-11 in float16, 2^-9 in bfloat16). Measured in the CPU
-# interpreter: float16 ≤ 8e-4, bfloat16 ≤ 9e-3 except ∂φ(q) ≤ 1.3e-2, a sum of
-# φ(k_j) g_i·(v_j − o_i) whose terms cancel (the previous kernels measured the same).
-RTOL = {torch.float32: RTOL_FLOAT32, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+RTOL_FLOAT32 = KERNEL_RTOL[torch.float32]
+RTOL = KERNEL_RTOL
 
 cpu_kernels = pytest.mark.skipif(
     not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1 before the first import"
 )
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-@pytest.fixture
-def poisoned_empty(monkeypatch):
-    """Uninitialized tensors come NaN-filled, so an element a kernel leaves unwritten fails."""
-
-    def poisoned(allocate):
-        def nan_filled(*args, **kwargs):
-            x = allocate(*args, **kwargs)
-            return x.fill_(float("nan")) if x.is_floating_point() else x
-
-        return nan_filled
-
-    monkeypatch.setattr(torch, "empty", poisoned(torch.empty))
-    monkeypatch.setattr(torch, "empty_like", poisoned(torch.empty_like))
-    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned(torch.Tensor.new_empty))
-
-
-@pytest.fixture
-def interpreter_bfloat16_dot(monkeypatch):
-    """The Triton interpreter keeps bfloat16 tensors as their uint16 bit patterns and its tl.dot
-    multiplies those (triton-lang/triton#11584, unsupported in triton 3.7). Widen bfloat16
-    operands to float32 first: exact, since a product of two bfloat16 numbers fits in float32,
-    so the dot then does what a GPU does, 16-bit operands and float32 accumulation."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-
-    dot = interpreter.InterpreterBuilder.create_dot
-
-    def widen(x):
-        if x.dtype.scalar != tl.bfloat16:
-            return x
-        data = interpreter._convert_float(x.data, tl.bfloat16, tl.float32, None)
-        return interpreter.TensorHandle(data.view(np.float32), tl.float32)
-
-    def create_dot(self, a, b, *args):
-        return dot(self, widen(a), widen(b), *args)
-
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
 
 
 @pytest.fixture(params=sorted(ARCHITECTURES))

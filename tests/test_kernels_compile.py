@@ -2,6 +2,7 @@
 committed report describes the kernels as they are. The whole check runs in `make gpu-compile`;
 these tests compile a handful of kernels, in a process without the Triton interpreter."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 pytest.importorskip("triton")
 
 from linattn_core.kernels.compile import occupancy, status
-from linattn_core.kernels.launches import configurations
+from linattn_core.kernels.launches import DTYPES
 from linattn_core.kernels.tiles import GPU_LIMITS
 from linattn_core.kernels.validation import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
 from linattn_core.testing import run_python
@@ -23,6 +24,14 @@ KERNELS = {
     "chunk_states_bwd_kernel",
     "chunk_dv_bwd_kernel",
     "chunk_dqk_bwd_kernel",
+}
+DELTA_KERNELS = {
+    "delta_prepare_kernel",
+    "delta_states_kernel",
+    "delta_output_kernel",
+    "delta_states_bwd_kernel",
+    "delta_dqk_kernel",
+    "delta_wy_kernel",
 }
 
 
@@ -115,21 +124,29 @@ def test_committed_report_is_of_these_kernels_and_passes():
     assert report["provenance"]["triton"] == "3.7.1"
     assert {r["arch"] for r in records} == {80, 89, 90}
     assert all(r["status"] == "ok" for r in records)
-    configs = {(r["dtype"], r["d"], r["d_v"], r["chunk"], r["normalize"]) for r in records}
-    assert configs == set(configurations())
+    linear = {
+        (r["dtype"], r["d"], r["d_v"], r["normalize"]) for r in records if r["op"] != "delta_rule"
+    }
+    delta = {
+        (r["dtype"], r["d"], r["d_v"], r["initial_state"])
+        for r in records
+        if r["op"] == "delta_rule"
+    }
+    every = set(itertools.product(DTYPES, SUPPORTED_DIMS, SUPPORTED_DIMS, (True, False)))
+    assert linear == every and delta == every
     assert {r["chunk"] for r in records} == set(SUPPORTED_CHUNK_SIZES)
-    assert {r["d"] for r in records} == set(SUPPORTED_DIMS)
     source_hashes = compile_in_subprocess(
         """
         import json
-        from linattn_core.kernels import backward, forward
+        from linattn_core.kernels import backward, delta_backward, delta_forward, forward
 
-        kernels = {**vars(forward), **vars(backward)}
+        modules = (forward, backward, delta_forward, delta_backward)
+        kernels = {name: x for module in modules for name, x in vars(module).items()}
         names = [name for name in kernels if name.endswith("_kernel")]
         print(json.dumps({name: kernels[name].cache_key[:16] for name in names}))
         """
     )
-    assert set(source_hashes) == KERNELS
+    assert set(source_hashes) == KERNELS | DELTA_KERNELS
     for r in records:
         assert r["source_hash"] == source_hashes[r["kernel"]], (
             f"{r['kernel']} changed since figures/kernels_compiled.json was made: "

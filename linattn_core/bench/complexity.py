@@ -27,7 +27,8 @@ WARMUP = 1
 
 def default_methods(device):
     """Every method that runs on `device`: on the CPU, all but the Triton kernels (which run
-    there only in the interpreter, for tests; name `linear_triton` to include it anyway)."""
+    there only in the interpreter, for tests: their times mean nothing; name `linear_triton` or
+    `delta_triton` to include one anyway)."""
     on_cuda = torch.device(device).type == "cuda"
     return [name for name, method in METHODS.items() if on_cuda or not method.needs_cuda]
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from linattn_core.attention import linear_attention, softmax_attention
+from linattn_core.delta import delta_rule
 
 CHUNK_SIZE = 64  # the chunk size of linear_attention's default, used by the chunked forms
 SAFETY = 1.5  # the guard's margin over an estimate (allocator rounding, temporaries)
@@ -42,6 +43,17 @@ def _sdpa(q, k, v, causal):
 def _linear(method):
     def run(q, k, v, causal):
         return linear_attention(q, k, v, causal=causal, method=method, chunk_size=CHUNK_SIZE)
+
+    return run
+
+
+def _delta(method):
+    def run(q, k, v, causal):
+        # DeltaNet's inputs: unit keys and rates in (0, 1); the delta rule is causal whatever
+        # `causal` says (its state only ever sees the past)
+        beta = torch.full(q.shape[:-1], 0.5, dtype=q.dtype, device=q.device)
+        unit_k = k / k.norm(dim=-1, keepdim=True)
+        return delta_rule(q, unit_k, v, beta, method=method, chunk_size=CHUNK_SIZE)[0]
 
     return run
 
@@ -94,6 +106,25 @@ def _linear_triton_bytes(n, d, itemsize, causal, device, dtype):
     return n * (d * itemsize + 4) + n_chunks * d * (d * itemsize + 4) + 2**20
 
 
+def _delta_recurrent_bytes(n, d, itemsize, causal, device, dtype):
+    # unit keys, the rates, the output rows and their stacked copy, a few d×d states
+    return 4 * n * d * itemsize + n * itemsize + 4 * d * d * itemsize
+
+
+def _delta_chunked_bytes(n, d, itemsize, causal, device, dtype):
+    # unit keys and rates; padded q, k, v chunks; one C×C block and its inverse per chunk;
+    # [W, Ũ], its right-hand side and the solve's copies; outputs and their concatenation
+    blocks = (n // CHUNK_SIZE + 1) * CHUNK_SIZE
+    return (2 * n * d + 3 * blocks * d + 2 * blocks * CHUNK_SIZE + 8 * blocks * d) * itemsize
+
+
+def _delta_triton_bytes(n, d, itemsize, causal, device, dtype):
+    # unit keys and rates; A (float32, C per token), W, U and the output; the N/C + 1 states
+    blocks = (n // CHUNK_SIZE + 1) * CHUNK_SIZE
+    states = (n // CHUNK_SIZE + 2) * d * d * itemsize
+    return (5 * n * d + n) * itemsize + 4 * blocks * CHUNK_SIZE + states + 2**20
+
+
 METHODS = {
     method.name: method
     for method in (
@@ -139,6 +170,28 @@ METHODS = {
             _linear_triton_bytes,
             needs_cuda=True,
             description=f"linear_attention, method='triton', chunk_size={CHUNK_SIZE}",
+        ),
+        Method(
+            "delta_recurrent",
+            _delta("recurrent"),
+            1,
+            _delta_recurrent_bytes,
+            description="delta_rule, method='recurrent' (one token at a time; always causal)",
+        ),
+        Method(
+            "delta_chunked",
+            _delta("chunked"),
+            1,
+            _delta_chunked_bytes,
+            description=f"delta_rule, method='chunked', chunk_size={CHUNK_SIZE} (always causal)",
+        ),
+        Method(
+            "delta_triton",
+            _delta("triton"),
+            1,
+            _delta_triton_bytes,
+            needs_cuda=True,
+            description="delta_rule, method='triton' (always causal)",
         ),
     )
 }

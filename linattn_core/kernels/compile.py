@@ -1,5 +1,5 @@
-"""Compile every Triton kernel of `linear_attention(..., method="triton")` for NVIDIA GPUs, on a
-machine without one, and report what the compiler made of it.
+"""Compile every Triton kernel of `linear_attention` and `delta_rule` (method="triton") for NVIDIA
+GPUs, on a machine without one, and report what the compiler made of it.
 
     python -m linattn_core.kernels.compile [--arch 80 90] [--json PATH] [--jobs N]
 
@@ -19,8 +19,9 @@ for each architecture and reads
 
 A record's status is "ok" or the reason it fails: a compile error, a spill, shared memory over
 the architecture's limit, or a 16-bit kernel that does not multiply on its own tensor cores
-(no MMA, or TF32 MMA). The command exits with 1 when any record fails. Compiled results are
-cached by a hash of the kernel's source and its specialization, so a second run takes seconds.
+(no MMA, or TF32 MMA where the kernel is not one of FLOAT32_KERNELS). The command exits with 1
+when any record fails. Compiled results are cached by a hash of the kernel's source and its
+specialization, so a second run takes seconds.
 """
 
 import argparse
@@ -45,15 +46,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from linattn_core.kernels.launches import (
-    DTYPES,
-    FLA_CONFIGS,
-    FLA_CONFIGS_SM80,
-    FLA_DIMS,
-    configurations,
-    fla_launches,
-    linear_attention_launches,
-)
+from linattn_core.kernels.launches import DTYPES, FLA_CONFIGS, FLA_CONFIGS_SM80, cases
 from linattn_core.kernels.tiles import GPU_LIMITS
 
 RESERVED_SHARED = 1024  # bytes of shared memory the driver reserves per program
@@ -162,6 +155,12 @@ def occupancy(arch, registers, shared_bytes, num_warps):
     return min(by_registers, by_shared, by_warps, limits.programs_per_sm)
 
 
+# Kernels that multiply in float32 whatever the inputs' dtype, by design: the delta rule's
+# triangular inverse and its derivative (`delta_forward.py`), where 16-bit operands would cost
+# the inverse its accuracy. Their float32 products run as TF32 ones (three for one).
+FLOAT32_KERNELS = {"delta_prepare_kernel", "delta_wy_kernel"}
+
+
 def status(record):
     """ "ok", or why the kernel would not run well or at all on the record's architecture."""
     if "error" in record:
@@ -175,7 +174,9 @@ def status(record):
     if record["dtype"] in ("bfloat16", "float16"):
         if not record["mma_instructions"]:
             problems.append("no tensor-core MMA")
-        elif any("TF32" in opcode for opcode in record["mma_opcodes"]):
+        elif record.get("kernel") not in FLOAT32_KERNELS and any(
+            "TF32" in opcode for opcode in record["mma_opcodes"]
+        ):
             problems.append("TF32 MMA for 16-bit inputs")
     return "; ".join(problems) or "ok"
 
@@ -183,22 +184,15 @@ def status(record):
 def compile_records(
     archs, dtypes=tuple(DTYPES), *, peer=None, jobs=None, cache_dir=None, progress=True
 ):
-    """One record per (architecture, configuration, kernel launch), compiled in parallel: every
-    configuration of ours, or with `peer="fla"` FLA's kernels at d = d_v ∈ FLA_DIMS, chunk 64."""
+    """One record per (architecture, configuration, kernel launch) of `launches.cases`, compiled
+    in parallel, each binary once."""
     work = []
     for arch in archs:
-        for dtype, d_k, d_v, chunk, normalize in _configurations(dtypes, peer):
-            if peer == "fla":
-                launches = fla_launches(arch, DTYPES[dtype], d_k, chunk)
-            else:
-                launches = linear_attention_launches(
-                    arch, DTYPES[dtype], d_k, d_v, chunk, normalize
-                )
+        for fields, launches in cases(arch, dtypes, peer=peer):
             for pass_, launch in launches:
-                fields = {"kernel": launch.name, "arch": arch, "dtype": dtype, "d": d_k}
-                fields |= {"d_v": d_v, "chunk": chunk, "normalize": normalize, "pass": pass_}
-                fields |= {"block_k": launch.kwargs.get("BK"), "block_v": launch.kwargs.get("BV")}
-                work.append((fields, launch))
+                record = {"kernel": launch.name, "arch": arch, "pass": pass_} | fields
+                record |= {"block_k": launch.kwargs.get("BK"), "block_v": launch.kwargs.get("BV")}
+                work.append((record, launch))
     unique = {}
     for _, launch in work:
         unique.setdefault(_launch_id(launch), launch)
@@ -213,12 +207,6 @@ def compile_records(
         record["status"] = status(record)
         records.append(record)
     return records
-
-
-def _configurations(dtypes, peer):
-    if peer == "fla":
-        return [(dtype, d, d, 64, False) for dtype in dtypes for d in FLA_DIMS]
-    return configurations(dtypes)
 
 
 def _launch_id(launch):

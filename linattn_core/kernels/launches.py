@@ -2,8 +2,9 @@
 
 A launch is recorded, not run: `intercepted_launches` replaces Triton's `JITFunction.run`, so a
 launcher called on small CPU tensors hands over each kernel with the exact arguments and options
-it would launch it with on a GPU (the outputs stay unwritten). `linear_attention_launches` does
-this for the package's forward and backward pass, `fla_launches` for the peer's.
+it would launch it with on a GPU (the outputs stay unwritten). `linear_attention_launches` and
+`delta_rule_launches` do this for the package's forward and backward passes, `fla_launches` for
+the peer's; `cases` lists every configuration.
 """
 
 import collections
@@ -19,6 +20,8 @@ from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
 from linattn_core.kernels.backward import chunk_linear_attention_bwd
+from linattn_core.kernels.delta_backward import delta_rule_bwd
+from linattn_core.kernels.delta_forward import CHUNK, delta_rule_fwd
 from linattn_core.kernels.forward import chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import GPU_LIMITS
 from linattn_core.kernels.validation import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
@@ -83,11 +86,45 @@ def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     ]
 
 
-def configurations(dtypes=tuple(DTYPES)):
-    """Every input configuration the launcher accepts: dtype, d, d_v, chunk size, normalize."""
-    return itertools.product(
-        dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS, SUPPORTED_CHUNK_SIZES, (True, False)
+def delta_rule_launches(arch, dtype, d_k, d_v, initial_state):
+    """(pass, Launch) for every kernel that the delta rule launches, forward and backward, on
+    `arch` for these inputs, with or without an initial state."""
+    q, k, do = (torch.zeros(1, 1, 2 * CHUNK, width, dtype=dtype) for width in (d_k, d_k, d_v))
+    v, beta = (
+        torch.zeros(1, 1, 2 * CHUNK, d_v, dtype=dtype),
+        torch.zeros(1, 1, 2 * CHUNK, dtype=dtype),
     )
+    s0 = torch.zeros(1, 1, d_v, d_k, dtype=dtype) if initial_state else None
+    with intercepted_launches() as forward:
+        delta_rule_fwd(q, k, v, beta, s0, arch=arch)
+    with intercepted_launches() as backward:
+        delta_rule_bwd(q, k, v, beta, s0, do, torch.zeros(1, 1, d_v, d_k, dtype=dtype), arch=arch)
+    return [("forward", launch) for launch in forward] + [
+        ("backward", launch) for launch in backward
+    ]
+
+
+def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
+    """(fields, launches) for every input configuration the launchers accept on `arch` — the
+    linear attention's (dtype, d, d_v, chunk size, normalization) and the delta rule's (dtype,
+    d_k, d_v, initial state or not) — or with `peer="fla"` FLA's at d = d_v ∈ FLA_DIMS."""
+    if peer == "fla":
+        for dtype, d in itertools.product(dtypes, FLA_DIMS):
+            fields = {"op": "linear_attention", "dtype": dtype, "d": d, "d_v": d, "chunk": 64}
+            yield fields | {"normalize": False}, fla_launches(arch, DTYPES[dtype], d)
+        return
+    dims = itertools.product(dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS)
+    for (dtype, d_k, d_v), chunk, normalize in itertools.product(
+        dims, SUPPORTED_CHUNK_SIZES, (True, False)
+    ):
+        fields = {"op": "linear_attention", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
+        launches = linear_attention_launches(arch, DTYPES[dtype], d_k, d_v, chunk, normalize)
+        yield fields | {"normalize": normalize}, launches
+    dims = itertools.product(dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS)
+    for (dtype, d_k, d_v), initial in itertools.product(dims, (True, False)):
+        fields = {"op": "delta_rule", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": CHUNK}
+        launches = delta_rule_launches(arch, DTYPES[dtype], d_k, d_v, initial)
+        yield fields | {"initial_state": initial}, launches
 
 
 # One explicit config for each of FLA's autotuned kernels, from the kernel's own config list
@@ -106,7 +143,7 @@ FLA_CONFIGS_SM80 = FLA_CONFIGS | {
 FLA_DIMS = (64, 128)
 
 
-def fla_launches(arch, dtype, d, chunk_size=64):
+def fla_launches(arch, dtype, d, chunk_size=CHUNK):
     """(pass, Launch) for flash-linear-attention's `chunk_linear_attn` (unnormalized, forward and
     backward; fla-core 0.6.0, an optional peer that is never a dependency), launched as on `arch`:
     its launchers read the shared memory of the GPU to pick tiles, so they are told the target's,

@@ -27,7 +27,15 @@ import dataclasses
 
 import torch
 
-KERNELS = ("states_fwd", "output", "states_bwd", "dv", "dqk")
+KERNELS = ("states_fwd", "output", "states_bwd", "dv", "dqk")  # and the delta rule's: DELTA_KERNELS
+DELTA_KERNELS = (
+    "delta_prepare",
+    "delta_states",
+    "delta_output",
+    "delta_states_bwd",
+    "delta_dqk",
+    "delta_wy",
+)
 ARCHITECTURES = (80, 90)  # compute capabilities with entries: A100 (sm_80), H100 (sm_90)
 
 
@@ -92,12 +100,28 @@ def tiles(kernel, arch, d_k, d_v, dtype):
     Tile(block_k=64, block_v=16, num_warps=4, num_stages=2)
     """
     arch = 90 if arch == 90 else 80
+    if kernel.startswith("delta_"):
+        return _delta_tile(kernel, arch, d_k, d_v, dtype)
     if dtype == torch.float32:
         return Tile(16, 16, num_warps=4, num_stages=FLOAT32_STAGES.get((arch, kernel), 2))
     block_k, block_v = (64 if dim >= 64 else 16 for dim in (d_k, d_v))
     if (arch, kernel) == (80, "dqk"):
         block_v = 16
     return Tile(block_k, block_v, *WARPS_AND_STAGES[arch, kernel])
+
+
+def _delta_tile(kernel, arch, d_k, d_v, dtype):
+    """The delta rule's kernels (`delta_forward.py`, `delta_backward.py`): tiles of 32 columns
+    for 16-bit inputs, 16 for float32; 16 in the two kernels that hold 64 × 64 float32 matrices
+    (A, and A with dN), where 32 spills; one pipeline stage in the substitution kernel and in
+    H100's float32 backward walk, where two spill."""
+    block = 16 if dtype == torch.float32 or kernel in ("delta_prepare", "delta_wy") else 32
+    one_stage = kernel == "delta_prepare" or (arch, kernel, dtype) == (
+        90,
+        "delta_states_bwd",
+        torch.float32,
+    )
+    return Tile(min(d_k, block), min(d_v, block), num_warps=4, num_stages=1 if one_stage else 2)
 
 
 def device_arch(device):

@@ -1,0 +1,77 @@
+"""The delta rule on Triton kernels: the autograd Function and the public function behind
+`delta_rule(..., method="triton")`.
+
+The kernels (`delta_forward.py`, `delta_backward.py`) compute the chunked form of the book's
+chapter 5 — per chunk of 64 tokens the triangular inverse A, then W = A diag(β) K and
+Ũ = A diag(β) V, a walk over the chunks for the corrections U = Ũ − W S_0ᵀ and the states, and
+the outputs O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U — and its backward pass, every gradient included (q, k,
+v, β and the initial state). The forward pass saves only its inputs; the backward pass recomputes
+A, W, U and the states.
+"""
+
+import math
+
+import torch
+
+from linattn_core.kernels.delta_backward import delta_rule_bwd
+from linattn_core.kernels.delta_forward import delta_rule_fwd
+from linattn_core.kernels.tiles import device_arch
+from linattn_core.kernels.validation import check_kernel_inputs
+
+
+class DeltaRule(torch.autograd.Function):
+    """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, beta, initial_state):
+        q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+        s0 = None if initial_state is None else initial_state.contiguous()
+        ctx.arch = device_arch(v.device)
+        ctx.save_for_backward(q, k, v, beta, s0)
+        if v.numel() == 0:  # no heads: nothing to launch
+            state = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0
+            return torch.empty_like(v), state.clone()
+        o, states = delta_rule_fwd(q, k, v, beta, s0, arch=ctx.arch)
+        return o, states[:, :, -1].to(v.dtype)
+
+    @staticmethod
+    def backward(ctx, do, ds):
+        q, k, v, beta, s0 = ctx.saved_tensors
+        if v.numel() == 0:
+            zeros = (torch.zeros_like(x) for x in (q, k, v, beta))
+            return *zeros, None if s0 is None else ds.clone()
+        return delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), arch=ctx.arch)
+
+
+def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
+    """`linattn_core.delta.delta_rule` on Triton kernels, forward and backward.
+
+        S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t,
+
+    with S_0 = `initial_state` (zeros if None), computed chunk by chunk (the UT / WY form) with
+    multiplications in the inputs' precision and float32 accumulation; q is not scaled.
+
+    The kernels run on CUDA tensors, or on CPU tensors under the Triton interpreter (the
+    environment variable TRITON_INTERPRET=1, set before triton is first imported). Inputs are
+    checked by `delta_rule`, which calls this function for method="triton".
+
+    Args:
+        q, k: queries and keys `(..., N, d_k)`, d_k ∈ {16, 32, 64, 128} (DeltaNet: unit keys).
+        v: values `(..., N, d_v)`, d_v ∈ {16, 32, 64, 128}.
+        beta: rates `(..., N)` (DeltaNet: in (0, 1)).
+        chunk_size: tokens per chunk, one of `SUPPORTED_CHUNK_SIZES` (64).
+        initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
+
+    Returns:
+        (o, S): outputs `(..., N, d_v)` and the final state `(..., d_v, d_k)`, in the inputs' dtype.
+    """
+    check_kernel_inputs("delta_rule", ("q", "k", "v"), q, k, v, chunk_size=chunk_size)
+    *batch, n, d_k = q.shape
+    d_v = v.shape[-1]
+    heads = math.prod(batch)  # any leading dimensions become (1, heads)
+    q, k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (q, k, v))
+    beta = beta.reshape(1, heads, n)
+    if initial_state is not None:
+        initial_state = initial_state.reshape(1, heads, d_v, d_k)
+    o, state = DeltaRule.apply(q, k, v, beta, initial_state)
+    return o.reshape(*batch, n, d_v), state.reshape(*batch, d_v, d_k)
