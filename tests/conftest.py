@@ -12,6 +12,8 @@ from hypothesis import settings
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from linattn_core.kernels.tiles import ARCHITECTURES  # imports triton: after the line above
+
 # Derandomized by default so CI runs the same examples every time; HYPOTHESIS_PROFILE=explore
 # draws fresh ones.
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=40, database=None)
@@ -73,3 +75,14 @@ def interpreter_bfloat16_dot(monkeypatch):
         return dot(self, widen(a), widen(b), *args)
 
     monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
+
+
+@pytest.fixture(params=ARCHITECTURES)
+def arch(request, monkeypatch):
+    """Run the Triton kernels with the tiles of each architecture (`kernels.tiles`): the
+    interpreter checks the numbers of every launch configuration the GPUs will get."""
+    from linattn_core.kernels import delta_rule, linear_attention
+
+    for module in (linear_attention, delta_rule):
+        monkeypatch.setattr(module, "device_arch", lambda device: request.param)
+    return request.param

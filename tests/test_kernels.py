@@ -13,31 +13,19 @@ pytest.importorskip("triton")
 
 from linattn_core import kernel_attention, linear_attention
 from linattn_core.kernels import INTERPRETED, triton_linear_attention
-from linattn_core.kernels import linear_attention as kernels_module
 from linattn_core.kernels.backward import state_weights
 from linattn_core.kernels.forward import chunk_states_fwd
-from linattn_core.kernels.tiles import ARCHITECTURES
 from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_qkv, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL_FLOAT32 = KERNEL_RTOL[torch.float32]
-RTOL = KERNEL_RTOL
 
 cpu_kernels = pytest.mark.skipif(
     not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1 before the first import"
 )
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-@pytest.fixture(params=sorted(ARCHITECTURES))
-def arch(request, monkeypatch):
-    """Run the kernels with the tiles of each architecture: the interpreter checks the numbers
-    of every launch configuration the GPUs will get (16-bit tiles differ between them; float32
-    has one tile everywhere)."""
-    monkeypatch.setattr(kernels_module, "device_arch", lambda device: request.param)
-    return request.param
 
 
 def reference(phi_q, phi_k, v, *, normalize, causal=True, eps=1e-6):
@@ -123,7 +111,7 @@ def test_outputs_and_gradients_match_reference(batch, n, d, d_v, normalize):
 @pytest.mark.parametrize(("n", "d", "d_v"), [(200, 64, 32), (77, 16, 128)])
 def test_16_bit_operands(arch, n, d, d_v, normalize, dtype):
     qkv = random_qkv(1, 2, n=n, d=d, d_v=d_v, dtype=dtype, positive=normalize, seed=5)
-    check_against_reference(*qkv, normalize=normalize, rtol=RTOL[dtype])
+    check_against_reference(*qkv, normalize=normalize, rtol=KERNEL_RTOL[dtype])
 
 
 @cpu_kernels
@@ -138,7 +126,7 @@ def test_float16_states_and_denominators_stay_in_range():
     generator = torch.Generator().manual_seed(2)
     phi_q, phi_k, v = (30 * torch.rand(1, 1, 512, 16, generator=generator) for _ in range(3))
     qkv = (x.half() for x in (phi_q, phi_k, v))
-    check_against_reference(*qkv, normalize=True, rtol=RTOL[torch.float16], dq_rtol=1.5e-2)
+    check_against_reference(*qkv, normalize=True, rtol=KERNEL_RTOL[torch.float16], dq_rtol=1.5e-2)
 
 
 @cpu_kernels
@@ -294,7 +282,7 @@ def test_gpu_outputs_and_gradients(batch, n, d, d_v, normalize, dtype):
         phi_k,
         v,
         normalize=normalize,
-        rtol=RTOL[dtype],
+        rtol=KERNEL_RTOL[dtype],
         eps=one_token_eps(n),
     )
 
@@ -307,7 +295,7 @@ def test_gpu_long_sequence_with_poisoned_buffers(dtype):
     phi_q, phi_k, v = (
         x.cuda() for x in random_qkv(2, 2, n=16411, d=64, dtype=dtype, positive=True)
     )
-    check_against_reference(phi_q, phi_k, v, normalize=True, rtol=RTOL[dtype])
+    check_against_reference(phi_q, phi_k, v, normalize=True, rtol=KERNEL_RTOL[dtype])
 
 
 @gpu
@@ -327,7 +315,7 @@ def test_gpu_auto_method_runs_the_kernels(monkeypatch):
     )
     out = linear_attention(phi_q, phi_k, v, causal=True)
     assert calls == [1]
-    assert_close(out, reference(phi_q, phi_k, v, normalize=True), rtol=RTOL[torch.bfloat16])
+    assert_close(out, reference(phi_q, phi_k, v, normalize=True), rtol=KERNEL_RTOL[torch.bfloat16])
     linear_attention(phi_q.double(), phi_k.double(), v.double(), causal=True)  # float64: chunked
     assert calls == [1]
 
@@ -340,4 +328,4 @@ def test_gpu_strided_bfloat16_inputs():
         x.transpose(1, 2).cuda()
         for x in random_qkv(2, 1000, n=4, d=64, dtype=torch.bfloat16, positive=True)
     )
-    check_against_reference(q, k, v, normalize=True, rtol=RTOL[torch.bfloat16])
+    check_against_reference(q, k, v, normalize=True, rtol=KERNEL_RTOL[torch.bfloat16])

@@ -10,9 +10,7 @@ pytest.importorskip("triton")
 
 from linattn_core.delta import delta_rule
 from linattn_core.kernels import INTERPRETED
-from linattn_core.kernels import delta_rule as kernels_module
 from linattn_core.kernels.delta_forward import delta_prepare
-from linattn_core.kernels.tiles import ARCHITECTURES
 from linattn_core.testing import KERNEL_RTOL, assert_close
 
 cpu_kernels = pytest.mark.skipif(
@@ -21,13 +19,6 @@ cpu_kernels = pytest.mark.skipif(
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-@pytest.fixture(params=sorted(ARCHITECTURES))
-def arch(request, monkeypatch):
-    """The tiles of each architecture (see test_kernels.py)."""
-    monkeypatch.setattr(kernels_module, "device_arch", lambda device: request.param)
-    return request.param
 
 
 def deltanet_inputs(*batch, n, d_k, d_v, dtype, seed=0, key_norm=1.0):
