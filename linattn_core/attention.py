@@ -22,7 +22,7 @@ numerators only, for v with a column of ones appended.
 import torch
 import torch.nn.functional as F
 
-from linattn_core._validation import (
+from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
     check_eps,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GradientCheck", "check_differential", "check_gradient", "jacobian", "kron", "vec"]
+__all__ = ["GradientCheck", "check_differential", "check_gradient", "jacobian"]
 
 
 @dataclass(frozen=True)
@@ -24,34 +24,6 @@ class GradientCheck:
     def __str__(self) -> str:
         # The bound, not the error: its last digits vary between machines.
         return f"✓ {self.name}: relative error < {self.rtol:.0e}"
-
-
-def vec(x: torch.Tensor) -> torch.Tensor:
-    """Column-stacking vectorization `(m, n)` → `(m·n,)` (for any rank: first index fastest).
-
-    PyTorch stores rows contiguously, so ``x.reshape(-1)`` stacks rows: that is vec(Xᵀ).
-
-    >>> vec(torch.tensor([[1, 2], [3, 4]]))
-    tensor([1, 3, 2, 4])
-    """
-    return x.permute(*reversed(range(x.dim()))).reshape(-1)
-
-
-def kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Kronecker product of matrices: `(m, n)`, `(p, q)` → `(m·p, n·q)`, block (i, j) = a_ij b.
-
-    Written out because ``torch.kron`` fails on transposed inputs (pytorch/pytorch#54135).
-
-    >>> kron(torch.eye(2), torch.tensor([[1.0], [2.0]]).T)
-    tensor([[1., 2., 0., 0.],
-            [0., 0., 1., 2.]])
-    """
-    for arg, x in (("a", a), ("b", b)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 2:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"kron: {arg} must be a matrix (2-D tensor); got {got}")
-    (m, n), (p, q) = a.shape, b.shape
-    return (a[:, None, :, None] * b[None, :, None, :]).reshape(m * p, n * q)  # (m, p, n, q)
 
 
 def jacobian(f, inputs, *, wrt=0, order=1, layout="tensor") -> torch.Tensor:
@@ -108,6 +80,7 @@ def check_gradient(
     >>> print(check_gradient(lambda X: torch.trace(A @ X @ B), lambda X: A.T @ B.T, [(4, 5)],
     ...                      name="d tr(AXB)/dX"))
     ✓ d tr(AXB)/dX: relative error < 1e-10
+    >>> from linattn_core.linalg import kron
     >>> print(check_gradient(lambda A, X: A @ X, lambda A, X: kron(X.T, torch.eye(3).double()),
     ...                      [(3, 4), (4, 2)], wrt=0, layout="vec", name="d vec(AX)/d vec(A)"))
     ✓ d vec(AX)/d vec(A): relative error < 1e-10

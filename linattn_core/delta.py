@@ -23,7 +23,7 @@ the mask, so a running d×(...) summary of the rows already solved replaces T's 
 import torch
 import torch.nn.functional as F
 
-from linattn_core._validation import (
+from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
     check_positive_int,

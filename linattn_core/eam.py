@@ -21,7 +21,7 @@ The column softmax runs over all N positions, so the softmax form has no causal 
 
 import math
 
-from linattn_core._validation import check_attention_inputs, check_choice
+from linattn_core.validation import check_attention_inputs, check_choice
 
 NORMALIZATIONS = ("softmax", "scaling")
 

@@ -21,7 +21,8 @@ import math
 
 import torch
 
-from linattn_core._validation import (
+from linattn_core.attention import linear_attention
+from linattn_core.validation import (
     _shape,
     check_attention_inputs,
     check_choice,
@@ -29,7 +30,6 @@ from linattn_core._validation import (
     check_positive_number,
     check_tensor,
 )
-from linattn_core.attention import linear_attention
 
 FEATURE_KINDS = ("positive", "trigonometric")
 ROW_SCALINGS = ("chi", "sqrt_d")

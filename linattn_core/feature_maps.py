@@ -14,7 +14,7 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from linattn_core._validation import check_non_negative_int, check_tensor
+from linattn_core.validation import check_non_negative_int, check_tensor
 
 
 def elu_plus_one(x):

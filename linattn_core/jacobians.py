@@ -14,13 +14,12 @@ import math
 
 import torch
 
-from linattn_core._validation import check_eps, check_positive_int, check_tensor
-from linattn_core.calculus import kron
+from linattn_core.linalg import commutation_matrix, kron
+from linattn_core.validation import check_eps, check_tensor
 
 __all__ = [
     "attention_logits",
     "column_softmax",
-    "commutation_matrix",
     "l2norm",
     "layernorm",
     "layernorm_gamma",
@@ -181,25 +180,6 @@ def swiglu(x: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor, W3: torch.Tensor
     silu_slope = sigma + v * sigma * (1 - sigma)
     gate = (v * sigma)[..., :, None] * W1 + (u * silu_slope)[..., :, None] * W2  # (..., d_ff, d)
     return W3 @ gate  # (..., d_out, d)
-
-
-def commutation_matrix(m: int, n: int, *, dtype=torch.float64, device=None) -> torch.Tensor:
-    """The permutation K_{m,n} `(m·n, m·n)` with K vec(X) = vec(Xᵀ) for every X ∈ R^{m×n}.
-
-    Being a permutation, Kᵀ = K⁻¹ = K_{n,m}; it swaps the factors of a Kronecker product:
-    K_{p,m} (A ⊗ B) K_{n,q} = B ⊗ A for A `(m, n)` and B `(p, q)`.
-
-    >>> commutation_matrix(2, 2, dtype=torch.int64)
-    tensor([[1, 0, 0, 0],
-            [0, 0, 1, 0],
-            [0, 1, 0, 0],
-            [0, 0, 0, 1]])
-    """
-    check_positive_int("commutation_matrix", "m", m)
-    check_positive_int("commutation_matrix", "n", n)
-    # row j + n·i of vec(Xᵀ) holds X[i, j], which is entry i + m·j of vec(X)
-    source = (torch.arange(m)[:, None] + m * torch.arange(n)[None, :]).reshape(-1)  # (m·n,)
-    return torch.eye(m * n, dtype=dtype, device=device)[source]
 
 
 def column_softmax(P: torch.Tensor) -> torch.Tensor:

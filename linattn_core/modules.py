@@ -19,13 +19,13 @@ import torch
 from torch import nn
 
 from linattn_core import feature_maps
-from linattn_core._validation import (
+from linattn_core.attention import METHODS, linear_attention, softmax_attention
+from linattn_core.validation import (
     check_choice,
     check_eps,
     check_positive_int,
     check_tensor,
 )
-from linattn_core.attention import METHODS, linear_attention, softmax_attention
 
 
 class _MultiHeadSelfAttention(nn.Module):

@@ -13,7 +13,7 @@ import textwrap
 
 import torch
 
-from linattn_core._validation import check_non_negative_int, check_positive_number
+from linattn_core.validation import check_non_negative_int, check_positive_number
 
 # Relative errors the Triton kernels stay under, against float64 references. Float32 runs as
 # exact products (three TF32 products on a GPU): chained sums over the sequence. 16-bit operands

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from linattn_core._validation import check_non_negative_int, check_positive_int
+from linattn_core.validation import check_non_negative_int, check_positive_int
 
 
 def _synchronize(device):

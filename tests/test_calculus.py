@@ -15,9 +15,8 @@ from linattn_core.calculus import (
     check_differential,
     check_gradient,
     jacobian,
-    kron,
-    vec,
 )
+from linattn_core.linalg import kron, vec
 
 # torch.func emits this from inside torch on first use; it is not ours to fix
 pytestmark = pytest.mark.filterwarnings(

@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from linattn_core import jacobians, softmax_attention
-from linattn_core.calculus import check_gradient, jacobian, kron, vec
+from linattn_core import jacobians, linalg, softmax_attention
+from linattn_core.calculus import check_gradient, jacobian
+from linattn_core.linalg import kron, vec
 from linattn_core.testing import assert_close
 
 # torch.func emits this from inside torch on first use; it is not ours to fix
@@ -212,16 +213,16 @@ def test_residual_adds_the_identity():
 
 @pytest.mark.parametrize(("m", "n"), [(1, 1), (2, 3), (5, 4)])
 def test_commutation_matrix(m, n):
-    K = jacobians.commutation_matrix(m, n)
+    K = linalg.commutation_matrix(m, n)
     X = randn(m, n)
     assert torch.equal(K @ vec(X), vec(X.T))
-    assert torch.equal(K.T, jacobians.commutation_matrix(n, m))
+    assert torch.equal(K.T, linalg.commutation_matrix(n, m))
     assert torch.equal(K @ K.T, torch.eye(m * n, dtype=f64))
 
 
 def test_commutation_matrix_swaps_kronecker_factors():
     A, B = randn(2, 3), randn(4, 5, seed=1)
-    K = jacobians.commutation_matrix
+    K = linalg.commutation_matrix
     assert_close(K(4, 2) @ kron(A, B) @ K(3, 5), kron(B, A), rtol=RTOL)
 
 
@@ -246,7 +247,7 @@ def test_attention_logits_and_the_other_vec_derivatives_of_p(d, n, d_q, d_v):
     check_gradient(logits, jacobians.attention_logits, shapes, layout="vec", rtol=RTOL)
     check_gradient(
         lambda Wq, Wk, X: logits(X, Wq, Wk),
-        lambda Wq, Wk, X: kron(X.T @ Wk.T, X.T) @ jacobians.commutation_matrix(d_q, d),
+        lambda Wq, Wk, X: kron(X.T @ Wk.T, X.T) @ linalg.commutation_matrix(d_q, d),
         [(d_q, d), (d_q, d), (d, n)],
         layout="vec",
         rtol=RTOL,
@@ -319,7 +320,7 @@ def test_bad_inputs_name_the_argument():
         (ValueError, "relu_ffn: W1 must have shape", lambda: J.relu_ffn(x, W.T, W)),
         (ValueError, "relu_ffn: b1 must have shape", lambda: J.relu_ffn(x, W, W.T, x)),
         (ValueError, "swiglu: W2 must have shape", lambda: J.swiglu(x, W, W[:2], W.T)),
-        (ValueError, "commutation_matrix: m", lambda: J.commutation_matrix(0, 3)),
+        (ValueError, "commutation_matrix: m", lambda: linalg.commutation_matrix(0, 3)),
         (ValueError, "column_softmax: P must have at least 2", lambda: J.column_softmax(x)),
         (ValueError, "self_attention: X must have at", lambda: J.self_attention(x, W, W, W)),
         (ValueError, "self_attention: Wk must have", lambda: J.self_attention(X, W, W[:2], W)),

@@ -3,7 +3,7 @@
 import torch
 
 from linattn_core import softmax_attention
-from linattn_core.calculus import kron, vec
+from linattn_core.linalg import kron, vec
 from linattn_core.testing import assert_close
 
 

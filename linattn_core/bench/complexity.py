@@ -15,10 +15,10 @@ import warnings
 
 import torch
 
-from linattn_core._validation import check_positive_int, check_positive_number
 from linattn_core.bench import memory
 from linattn_core.bench.methods import METHODS, estimate_peak_bytes, parse_method, record_name
 from linattn_core.timing import median_times
+from linattn_core.validation import check_positive_int, check_positive_number
 
 RECORD_KEYS = ("method", "n", "d", "device", "median_ms", "peak_bytes", "skipped")
 CALIBRATION_N = 512

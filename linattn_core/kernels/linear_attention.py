@@ -22,11 +22,11 @@ import math
 
 import torch
 
-from linattn_core._validation import check_eps
 from linattn_core.kernels.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.forward import chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import device_arch
 from linattn_core.kernels.validation import check_kernel_inputs
+from linattn_core.validation import check_eps
 
 
 class CausalLinearAttention(torch.autograd.Function):

@@ -4,8 +4,8 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
-from linattn_core._validation import _shape, check_attention_inputs
 from linattn_core.kernels.forward import chunk_states_fwd_kernel
+from linattn_core.validation import _shape, check_attention_inputs
 
 SUPPORTED_DIMS = (16, 32, 64, 128)
 SUPPORTED_CHUNK_SIZES = (64,)  # the kernels' tile height, compiled and checked for every GPU
