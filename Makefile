@@ -12,11 +12,11 @@ NB     ?= $(sort $(wildcard chapters/*.ipynb))
 PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
 
-.PHONY: help book serve test lint unit gpu-compile nbval nbval-portable build-clean browser notebooks \
+.PHONY: help book serve test lint unit unit-fast gpu-compile nbval nbval-portable build-clean browser notebooks \
         lab assets venv chromium constraints clean gpu kernels-report
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit gpu-compile nbval nbval-portable browser notebooks lab gpu kernels-report assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile nbval nbval-portable browser notebooks lab gpu kernels-report assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -109,6 +109,10 @@ lint: venv
 
 unit: venv
 	$(BIN)/pytest -m "not book" --doctest-modules linattn_core tests
+
+# The inner loop while editing the package: every test but the slow ones (about 30 s).
+unit-fast: venv
+	$(BIN)/pytest -q -m "not book and not slow" --doctest-modules linattn_core tests
 
 nbval: venv
 	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \

@@ -1,7 +1,13 @@
-"""Input checks shared by the public functions.
+"""Input checks of every public function of the package: one module, one error style.
 
 Every message starts with the public function's name and names the argument, what was expected
 and what was received, so that an error raised deep in a notebook points at the call to fix.
+Wrong types and dtypes raise `TypeError`; wrong shapes, sizes, devices and options `ValueError`.
+
+Policy on data-dependent checks: the checks look at types, shapes, dtypes, devices and options,
+never at the values inside a tensor. A value check (a NaN, a zero on a diagonal) would read the
+whole tensor and, on a GPU, synchronize the device on every call; what a function does with such
+values is documented in its docstring instead.
 """
 
 import math
@@ -41,16 +47,21 @@ def check_attention_inputs(fn: str, names: tuple[str, str, str], q, k, v) -> Non
             f"{fn}: {q_name} and {k_name} must have at least one feature (d ≥ 1); "
             f"got {q_name}.shape={_shape(q)}"
         )
-    for name, x in ((k_name, k), (v_name, v)):
-        if x.dtype != q.dtype:
+    check_same_dtype_and_device(fn, q_name, q, **{k_name: k, v_name: v})
+
+
+def check_same_dtype_and_device(fn: str, ref_name: str, ref: torch.Tensor, **others) -> None:
+    """Each tensor of `others` (name=tensor) has the dtype and device of `ref`."""
+    for name, x in others.items():
+        if x.dtype != ref.dtype:
             raise TypeError(
-                f"{fn}: {name} must have the same dtype as {q_name}; "
-                f"got {q_name}.dtype={q.dtype}, {name}.dtype={x.dtype}"
+                f"{fn}: {name} must have the same dtype as {ref_name}; "
+                f"got {ref_name}.dtype={ref.dtype}, {name}.dtype={x.dtype}"
             )
-        if x.device != q.device:
+        if x.device != ref.device:
             raise ValueError(
-                f"{fn}: {name} must be on the same device as {q_name}; "
-                f"got {q_name}.device={q.device}, {name}.device={x.device}"
+                f"{fn}: {name} must be on the same device as {ref_name}; "
+                f"got {ref_name}.device={ref.device}, {name}.device={x.device}"
             )
 
 
@@ -100,3 +111,71 @@ def _is_int(value: object) -> bool:
 
 def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_kernel_inputs(fn, names, q, k, v, *, chunk_size, interpreted):
+    """q, k `(..., N, d)` and v `(..., N, d_v)` that the Triton kernels can run on.
+
+    d and d_v must be in `kernels.tiles.SUPPORTED_DIMS` (tensor-core tiles, and no masking along
+    features), the dtype one of `SUPPORTED_DTYPES`, the chunk size one of
+    `SUPPORTED_CHUNK_SIZES`, the device a CUDA GPU, or the CPU when the kernels are `interpreted`.
+    """
+    from linattn_core.kernels.tiles import (  # here: importing the kernels imports triton
+        SUPPORTED_CHUNK_SIZES,
+        SUPPORTED_DIMS,
+        SUPPORTED_DTYPES,
+    )
+
+    check_attention_inputs(fn, names, q, k, v)
+    q_name, _, v_name = names
+    for name, x, dim in ((q_name, q, "d"), (v_name, v, "d_v")):
+        if x.shape[-1] not in SUPPORTED_DIMS:
+            raise ValueError(
+                f"{fn}: the feature dimension {dim} = {name}.shape[-1] must be one of "
+                f"{', '.join(map(str, SUPPORTED_DIMS))} for the Triton kernels; "
+                f"got {name}.shape={_shape(x)} (pad the features with zeros, or use "
+                f"method='chunked')"
+            )
+    if str(q.dtype).removeprefix("torch.") not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{fn}: the Triton kernels take float32, bfloat16 or float16 tensors; "
+            f"got {q_name}.dtype={q.dtype} (float64 references: use method='chunked')"
+        )
+    if chunk_size not in SUPPORTED_CHUNK_SIZES or isinstance(chunk_size, bool):
+        raise ValueError(
+            f"{fn}: chunk_size must be one of {', '.join(map(str, SUPPORTED_CHUNK_SIZES))} "
+            f"for the Triton kernels, whose tiles are compiled and checked for it; "
+            f"got chunk_size={chunk_size!r} (other chunk sizes: method='chunked')"
+        )
+    check_kernel_device(fn, q_name, q, interpreted=interpreted)
+
+
+def check_kernel_device(fn, name, x, *, interpreted):
+    """A CUDA tensor, or a CPU tensor when the kernels are `interpreted` (TRITON_INTERPRET=1 set
+    before triton's first import)."""
+    if x.device.type == "cuda":
+        return
+    if x.device.type != "cpu":
+        raise ValueError(
+            f"{fn}: the Triton kernels run on CUDA devices (or on the CPU under the Triton "
+            f"interpreter); got {name}.device={x.device}"
+        )
+    if interpreted:
+        return
+    import triton  # imported already: the kernels were
+
+    if triton.knobs.runtime.interpret:
+        hint = (
+            "TRITON_INTERPRET=1 was set after triton was imported; set it before triton's "
+            "first import (restart the Python process or notebook kernel)"
+        )
+    else:
+        hint = (
+            "set the environment variable TRITON_INTERPRET=1 before triton is first imported "
+            "(`TRITON_INTERPRET=1 python ...`, or os.environ['TRITON_INTERPRET'] = '1' at the "
+            "top of the script, before linattn_core.kernels or torch.utils.flop_counter)"
+        )
+    raise ValueError(
+        f"{fn}: {name} is on the CPU, where the Triton kernels run only in the Triton "
+        f"interpreter: {hint}; or move the tensors to a CUDA device. Got {name}.device={x.device}"
+    )

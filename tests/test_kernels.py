@@ -21,9 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL_FLOAT32 = KERNEL_RTOL[torch.float32]
 
-cpu_kernels = pytest.mark.skipif(
+interpreted = pytest.mark.skipif(
     not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1 before the first import"
 )
+
+
+def cpu_kernels(test):
+    """A test that runs the kernels in the interpreter: seconds each, so `slow`."""
+    return pytest.mark.slow(interpreted(test))
+
+
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -216,6 +223,7 @@ def test_bad_inputs(args, kwargs, error, match):
     assert str(raised.value).startswith("triton_linear_attention: ")
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_cpu_tensors_without_the_interpreter_are_refused():
     out = run_python(
         """
@@ -239,6 +247,7 @@ def test_cpu_tensors_without_the_interpreter_are_refused():
     assert "Got phi_q.device=cpu" in unset
 
 
+@pytest.mark.slow  # a fresh Python process
 def test_interpreter_switched_on_between_triton_and_the_kernels_is_refused():
     out = run_python(
         """

@@ -12,8 +12,7 @@ pytest.importorskip("triton")
 
 from linattn_core.kernels.compile import occupancy, status
 from linattn_core.kernels.launches import DTYPES
-from linattn_core.kernels.tiles import GPU_LIMITS
-from linattn_core.kernels.validation import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.tiles import GPU_LIMITS, SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
 from linattn_core.testing import run_python
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,9 @@ import torch
 
 from linattn_core.kernels.delta_backward import delta_rule_bwd
 from linattn_core.kernels.delta_forward import delta_rule_fwd
+from linattn_core.kernels.forward import INTERPRETED
 from linattn_core.kernels.tiles import device_arch
-from linattn_core.kernels.validation import check_kernel_inputs
+from linattn_core.validation import check_kernel_inputs
 
 
 class DeltaRule(torch.autograd.Function):
@@ -65,7 +66,9 @@ def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
     Returns:
         (o, S): outputs `(..., N, d_v)` and the final state `(..., d_v, d_k)`, in the inputs' dtype.
     """
-    check_kernel_inputs("delta_rule", ("q", "k", "v"), q, k, v, chunk_size=chunk_size)
+    check_kernel_inputs(
+        "delta_rule", ("q", "k", "v"), q, k, v, chunk_size=chunk_size, interpreted=INTERPRETED
+    )
     *batch, n, d_k = q.shape
     d_v = v.shape[-1]
     heads = math.prod(batch)  # any leading dimensions become (1, heads)

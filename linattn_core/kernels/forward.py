@@ -24,6 +24,7 @@ Layout: q, k `(B, H, N, K)` and v `(B, H, N, V)` contiguous; K, V multiples of t
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from linattn_core.kernels.tiles import tiles
 
@@ -140,6 +141,14 @@ def chunk_output_fwd_kernel(
             tl.store(rden + i_bh * N + o_t, b_rden, mask=m_t)
     p_o = o + (i_bh * N + o_t[:, None]) * V + o_v[None, :]
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_t[:, None])
+
+
+# The kernels run in the interpreter when TRITON_INTERPRET=1 was set before triton's first import:
+# triton defines its own library (tl.sum, tl.cdiv, ...) for the interpreter or not at that moment,
+# and our kernels when their module is imported; set in between, kernels and library do not match.
+INTERPRETED = isinstance(chunk_states_fwd_kernel, InterpretedFunction) and isinstance(
+    tl.standard.cdiv, InterpretedFunction
+)
 
 
 def chunk_states_fwd(k, v, *, normalize, chunk_size, arch):

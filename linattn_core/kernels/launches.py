@@ -23,8 +23,7 @@ from linattn_core.kernels.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.delta_backward import delta_rule_bwd
 from linattn_core.kernels.delta_forward import CHUNK, delta_rule_fwd
 from linattn_core.kernels.forward import chunk_linear_attention_fwd
-from linattn_core.kernels.tiles import GPU_LIMITS
-from linattn_core.kernels.validation import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.tiles import GPU_LIMITS, SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

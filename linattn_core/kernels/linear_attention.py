@@ -1,10 +1,10 @@
 """Causal linear attention on Triton kernels: the autograd Function and the public function behind
 `linear_attention(..., method="triton")`.
 
-The layers, as in flash-linear-attention: `@triton.jit` kernels and their launchers in
-`forward.py` and `backward.py`, tiles per GPU architecture in `tiles.py`, input checks in
-`validation.py`, and here the autograd Function that joins the two passes and the documented
-public function. With s_ij = φ(q_i)·φ(k_j), the forward pass computes
+The layers, as in flash-linear-attention: `@triton.jit` kernels and their launchers in `forward.py`
+and `backward.py`, tiles per GPU architecture in `tiles.py`, input checks in
+`linattn_core.validation`, and here the autograd Function that joins the two passes and the
+documented public function. With s_ij = φ(q_i)·φ(k_j), the forward pass computes
 
     o_i = ρ_i Σ_{j ≤ i} s_ij v_j,    ρ_i = 1 / (Σ_{j ≤ i} s_ij + ε)    (ρ_i = 1 unnormalized)
 
@@ -23,10 +23,9 @@ import math
 import torch
 
 from linattn_core.kernels.backward import chunk_linear_attention_bwd
-from linattn_core.kernels.forward import chunk_linear_attention_fwd
+from linattn_core.kernels.forward import INTERPRETED, chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import device_arch
-from linattn_core.kernels.validation import check_kernel_inputs
-from linattn_core.validation import check_eps
+from linattn_core.validation import check_eps, check_kernel_inputs
 
 
 class CausalLinearAttention(torch.autograd.Function):
@@ -88,7 +87,9 @@ def triton_linear_attention(
     """
     fn = "triton_linear_attention"
     check_eps(fn, eps)
-    check_kernel_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v, chunk_size=chunk_size)
+    check_kernel_inputs(
+        fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v, chunk_size=chunk_size, interpreted=INTERPRETED
+    )
     if not causal:
         out = phi_q @ (phi_k.mT @ v)  # (..., N, d_v) through the state φ(K)ᵀV (..., d, d_v)
         if not normalize:

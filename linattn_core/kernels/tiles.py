@@ -38,6 +38,12 @@ DELTA_KERNELS = (
 )
 ARCHITECTURES = (80, 90)  # compute capabilities with entries: A100 (sm_80), H100 (sm_90)
 
+# What the kernels accept: head sizes that fill tensor-core tiles without masking along the
+# features, the dtypes with tensor-core products, and the tile height every entry is checked for.
+SUPPORTED_DIMS = (16, 32, 64, 128)
+SUPPORTED_CHUNK_SIZES = (64,)
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
