@@ -10,9 +10,15 @@ PyTorch tensors with any leading batch dimensions, queries and keys `(..., N, d)
 - `feature_maps`: the maps φ that turn queries and keys into features for kernel attention;
 - `favor`, `eam`, `delta`: FAVOR+ random features, Efficient Attention, the delta rule;
 - `calculus`, `jacobians`: matrix-calculus checks and the Jacobians of attention blocks;
-- `testing`, `timing`: relative errors, seeded inputs and timings, shared by tests and book.
+- `testing`, `timing`: relative errors, seeded inputs and timings, shared by tests and book;
+- `validation`: the input checks of every public function.
 
-Imported on demand (heavier dependencies): `linattn_core.kernels` (triton),
+Imported on demand, one module per concept of the book: `linalg` (vec, Kronecker products,
+rotations, RoPE, Gram–Schmidt, power iteration), `linear_systems` (LU, triangular solves, least
+mean squares), `norms`, `probability`, `random_matrices`, `descent` (gradient descent and step
+sizes), `transformer` (a small GPT block, its parameters, FLOPs and activation memory),
+`decoding` (one generated token), `costs` (FLOP and memory models), `show` (`show_source`, the
+package's code in the book); and, with heavier dependencies, `linattn_core.kernels` (triton),
 `linattn_core.bench` (the benchmark harness), `linattn_core.widgets` (ipywidgets).
 """
 
@@ -25,6 +31,7 @@ from linattn_core import (
     jacobians,
     testing,
     timing,
+    validation,
 )
 from linattn_core.attention import kernel_attention, linear_attention, softmax_attention
 from linattn_core.modules import LinearSelfAttention, SoftmaxSelfAttention
@@ -46,4 +53,5 @@ __all__ = [
     "softmax_attention",
     "testing",
     "timing",
+    "validation",
 ]

@@ -17,7 +17,12 @@ forms below, which trade memory for parallelism:
 
 The denominator Σ_j s_ij is the numerator for a value that is constantly 1, so each form computes
 numerators only, for v with a column of ones appended.
+
+`online_softmax_attention` is the other way out of the N×N matrix: exact softmax attention with
+the keys in blocks (FlashAttention's recurrence), which saves memory but not arithmetic.
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +32,7 @@ from linattn_core.validation import (
     check_choice,
     check_eps,
     check_positive_int,
-    check_positive_number,
+    softmax_scale,
 )
 
 METHODS = ("auto", "parallel", "recurrent", "chunked", "triton")
@@ -56,16 +61,61 @@ def softmax_attention(q, k, v, *, causal=False, scale=None):
     True
     """
     check_attention_inputs("softmax_attention", ("q", "k", "v"), q, k, v)
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    else:
-        check_positive_number("softmax_attention", "scale", scale)
+    scale = softmax_scale("softmax_attention", scale, q.shape[-1])
     scores = scale * (q @ k.mT)  # (..., N, N)
     if causal:
         n = q.shape[-2]
         future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)  # (N, N)
         scores = scores.masked_fill(future, float("-inf"))
     return scores.softmax(dim=-1) @ v  # (..., N, d_v)
+
+
+def online_softmax_attention(q, k, v, *, block_size=64, scale=None):
+    """`softmax_attention` with the keys in blocks, never holding more than N × block_size scores.
+
+    FlashAttention's recurrence (Dao et al., 2022), built on the online softmax of Milakov and
+    Gimelshein (2018): for every query, a running largest score μ, sum of exponentials ℓ and
+    unnormalized output o, all relative to μ. A block of scores s_j updates them as
+
+        μ' = max(μ, max_j s_j),
+        ℓ' = e^(μ−μ') ℓ + Σ_j e^(s_j−μ'),
+        o' = e^(μ−μ') o + Σ_j e^(s_j−μ') v_j,
+
+    and the output is o/ℓ. The arithmetic is that of `softmax_attention`: 2N²(d + d_v) FLOPs in
+    matrix products; only the memory changes, O(N · block_size) scores instead of N².
+
+    Args:
+        q, k: queries and keys `(..., N, d)`.
+        v: values `(..., N, d_v)`.
+        block_size: keys per block (positive int; the last block may be shorter).
+        scale: positive multiplier of q·k, or None for 1/√d.
+
+    Returns:
+        `(..., N, d_v)`; empty if N = 0 or a batch dimension is 0.
+
+    >>> from linattn_core.testing import random_qkv
+    >>> q, k, v = random_qkv(2, n=50, d=8, d_v=4)
+    >>> out = online_softmax_attention(q, k, v, block_size=16)
+    >>> bool(torch.allclose(out, softmax_attention(q, k, v)))
+    True
+    """
+    fn = "online_softmax_attention"
+    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
+    check_positive_int(fn, "block_size", block_size)
+    scale = softmax_scale(fn, scale, q.shape[-1])
+    row_max = q.new_full((*q.shape[:-1], 1), -math.inf)  # (..., N, 1): μ
+    row_sum = q.new_zeros((*q.shape[:-1], 1))  # (..., N, 1): ℓ
+    out = q.new_zeros((*q.shape[:-1], v.shape[-1]))  # (..., N, d_v): o
+    for start in range(0, k.shape[-2], block_size):
+        block = slice(start, start + block_size)  # B keys, fewer in the last block
+        scores = scale * (q @ k[..., block, :].mT)  # (..., N, B): the only scores held
+        new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # μ'
+        weights = torch.exp(scores - new_max)  # (..., N, B)
+        rescale = torch.exp(row_max - new_max)  # (..., N, 1): e^(μ−μ')
+        row_sum = rescale * row_sum + weights.sum(dim=-1, keepdim=True)
+        out = rescale * out + weights @ v[..., block, :]
+        row_max = new_max
+    return out / row_sum  # (..., N, d_v)
 
 
 def kernel_attention(phi_q, phi_k, v, *, causal=False, eps=1e-6):

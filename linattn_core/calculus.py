@@ -1,16 +1,30 @@
-"""Check hand-derived derivatives against automatic differentiation (`torch.func`), in float64.
+"""Matrix calculus: check hand-derived derivatives against automatic differentiation
+(`torch.func`), in float64, and the closed forms of chapter 7 that take more than one line.
 
 Layouts (chapter 7): ``"tensor"`` gives shape ``S_out + S_in`` (a gradient shaped like the input
 for a scalar f, the numerator-layout Jacobian ``(m, n)`` for vectors, ``J[i, j, k, l] =
 dF_ij/dX_kl`` for matrices); ``"vec"`` gives the matrix ``d vec(F) / d vec(X)`` of shape
-``(F.numel(), X.numel())``, where `vec` stacks columns as in the Kronecker identities.
+``(F.numel(), X.numel())``, where `vec` stacks columns as in the Kronecker identities
+(Magnus and Neudecker, *Matrix Differential Calculus*).
+
+Closed forms: `trace_power_gradient` (∇ tr(A Xᵏ)) and `adjugate` (∇ det X = adj(X)ᵀ, Jacobi's
+formula), each checked against autograd in the tests.
 """
 
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GradientCheck", "check_differential", "check_gradient", "jacobian"]
+from linattn_core.validation import check_positive_int, check_tensor
+
+__all__ = [
+    "GradientCheck",
+    "adjugate",
+    "check_differential",
+    "check_gradient",
+    "jacobian",
+    "trace_power_gradient",
+]
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,58 @@ def check_differential(
     _, reference = torch.func.jvp(f, inputs, directions)
     name = name or f"d {getattr(f, '__name__', 'f')}"
     return _compare(name, differential(*inputs, *directions), reference, rtol, "jvp")
+
+
+def trace_power_gradient(X: torch.Tensor, A: torch.Tensor, k: int) -> torch.Tensor:
+    """∇_X tr(A Xᵏ) = Σ_{r=0}^{k−1} (Xʳ A X^{k−1−r})ᵀ, X and A `(n, n)`, in the shape of X.
+
+    One term per factor X of the product, with that factor replaced by dX (the product rule of
+    differentials); A = I gives ∇ tr(Xᵏ) = k (X^{k−1})ᵀ.
+
+    >>> X = torch.tensor([[1.0, 2.0], [0.0, 3.0]], dtype=torch.float64)
+    >>> I = torch.eye(2, dtype=torch.float64)
+    >>> bool(torch.allclose(trace_power_gradient(X, I, 3), 3 * (X @ X).T))
+    True
+    """
+    check_tensor("trace_power_gradient", "X", X, min_rank=2)
+    n = X.shape[-1]
+    if X.shape != (n, n):
+        raise ValueError(f"trace_power_gradient: X must be square (n, n); got {tuple(X.shape)}")
+    check_tensor("trace_power_gradient", "A", A, min_rank=2)
+    if A.shape != X.shape:
+        raise ValueError(
+            f"trace_power_gradient: A must have the shape of X {tuple(X.shape)}; "
+            f"got {tuple(A.shape)}"
+        )
+    check_positive_int("trace_power_gradient", "k", k)
+    power = torch.linalg.matrix_power
+    return sum((power(X, r) @ A @ power(X, k - r - 1)).T for r in range(k))
+
+
+def adjugate(X: torch.Tensor) -> torch.Tensor:
+    """adj(X) for X `(..., n, n)`: the transposed matrix of cofactors, by minors.
+
+    adj(X)_ji = (−1)^{i+j} det(X without row i and column j), so X adj(X) = det(X) I, and
+    Jacobi's formula d det X = tr(adj(X) dX) makes adj(X)ᵀ the gradient of det. Built without
+    an inverse, it is defined (and not zero) at a singular X of rank n − 1, where X⁻¹ does not
+    exist. It takes n² determinants of size n − 1: meant for small matrices.
+
+    >>> adjugate(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    tensor([[ 4., -2.],
+            [-3.,  1.]])
+    """
+    check_tensor("adjugate", "X", X, min_rank=2)
+    n = X.shape[-1]
+    if X.shape[-2] != n or n == 0:
+        raise ValueError(
+            f"adjugate: X must be square (..., n, n) with n ≥ 1; got X.shape={tuple(X.shape)}"
+        )
+    keep = torch.tensor([[c for c in range(n) if c != j] for j in range(n)], dtype=torch.long)
+    keep = keep.reshape(n, n - 1).to(X.device)  # (n, n − 1): row j lists every index but j
+    minors = X[..., keep[:, None, :, None], keep[None, :, None, :]]  # (..., n, n, n−1, n−1)
+    index = torch.arange(n, device=X.device)
+    signs = 1 - 2 * ((index[:, None] + index[None, :]) % 2)  # (n, n): (−1)^{i+j}
+    return (signs * torch.linalg.det(minors)).mT  # cofactors (..., n, n), transposed
 
 
 def _compare(name, closed, reference, rtol, source) -> GradientCheck:

@@ -6,10 +6,19 @@ benchmarks and their tests.
 import math
 
 import numpy as np
+from torch.utils.flop_counter import FlopCounterMode
 
 from linattn_core.bench.methods import SAFETY
 
-__all__ = ["chunked_flops", "chunked_peak_bytes", "fit_chunk_model"]
+__all__ = [
+    "chunked_flops",
+    "chunked_peak_bytes",
+    "crossover_length",
+    "fit_chunk_model",
+    "linear_flops",
+    "matmul_flops",
+    "softmax_flops",
+]
 
 
 def chunked_flops(n, d, d_v, chunk_size):
@@ -60,3 +69,52 @@ def chunked_peak_bytes(n, d, chunk_size, itemsize=4):
     per_token = 3 * d + chunk_size + 5 * (d + 1)
     working = padded * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
     return int(SAFETY * (3 * n * d * itemsize + working))
+
+
+def softmax_flops(n, d, d_v):
+    """FLOPs of the matrix products of non-causal softmax attention, a multiply-add counting 2:
+
+        F_softmax = 2 N² d + 2 N² d_v        Q Kᵀ, then the weights times V
+
+    (the exponentials and the normalization add O(N²)). Works elementwise on arrays of sizes.
+
+    >>> softmax_flops(1024, 64, 64)
+    268435456
+    """
+    return 2 * n * n * d + 2 * n * n * d_v
+
+
+def linear_flops(n, features, d_v):
+    """FLOPs of the matrix products of non-causal linear attention with D = `features` features:
+
+        F_linear = 4 N D (d_v + 1)        the state φ(K)ᵀ[V, 1], then φ(Q) times it
+
+    (the ones column of [V, 1] carries the denominator; computing the features is not counted).
+
+    >>> linear_flops(1024, 64, 64)
+    17039360
+    """
+    return 4 * n * features * (d_v + 1)
+
+
+def crossover_length(d, d_v, features):
+    """The sequence length N* = 2 D (d_v + 1) / (d + d_v) at which `softmax_flops` equals
+    `linear_flops` (D = `features`); beyond it linear attention does fewer FLOPs.
+
+    >>> crossover_length(64, 64, 2145)  # Taylor-2 features at d = 64
+    2178.515625
+    """
+    return 2 * features * (d_v + 1) / (d + d_v)
+
+
+def matmul_flops(fn, *args, **kwargs):
+    """FLOPs of the matrix products in `fn(*args, **kwargs)`, as counted by PyTorch's
+    `FlopCounterMode` (a multiply-add counts 2; elementwise operations are not counted).
+
+    >>> import torch
+    >>> matmul_flops(torch.matmul, torch.ones(8, 3), torch.ones(3, 5))
+    240
+    """
+    with FlopCounterMode(display=False) as counter:
+        fn(*args, **kwargs)
+    return counter.get_total_flops()

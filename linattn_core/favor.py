@@ -12,7 +12,9 @@ runs through `linear_attention` in O(N m d) time. This module holds
 - the frequency matrices: `iid_gaussian` (independent rows) and `orthogonal_gaussian` (rows
   orthogonal within blocks of d, each marginally N(0, I_d), which lowers the variance);
 - the feature maps `positive_features` and `trig_features`, computed as the formulas read;
-- `favor_attention`, the Performer approximation of `softmax_attention`, numerically stabilized.
+- `favor_attention`, the Performer approximation of `softmax_attention`, numerically stabilized;
+  `unstabilized_favor_attention`, the same function computed as the formulas read, which
+  overflows and underflows where `favor_attention` does not.
 
 Redrawing the features is the caller's choice: `w` is an argument, so a new draw is a new `w`.
 """
@@ -23,13 +25,23 @@ import torch
 
 from linattn_core.attention import linear_attention
 from linattn_core.validation import (
-    _shape,
     check_attention_inputs,
     check_choice,
+    check_matrix,
     check_positive_int,
-    check_positive_number,
+    check_same_dtype_and_device,
     check_tensor,
+    softmax_scale,
 )
+
+__all__ = [
+    "favor_attention",
+    "iid_gaussian",
+    "orthogonal_gaussian",
+    "positive_features",
+    "trig_features",
+    "unstabilized_favor_attention",
+]
 
 FEATURE_KINDS = ("positive", "trigonometric")
 ROW_SCALINGS = ("chi", "sqrt_d")
@@ -230,14 +242,7 @@ def favor_attention(q, k, v, w, *, kind="positive", causal=False, scale=None):
     >>> relative_error(out, softmax_attention(q, k, v, causal=True)) < 0.05
     True
     """
-    fn = "favor_attention"
-    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
-    _check_frequencies(fn, w, "q", q)
-    check_choice(fn, "kind", kind, FEATURE_KINDS)
-    if scale is None:
-        scale = q.shape[-1] ** -0.5
-    else:
-        check_positive_number(fn, "scale", scale)
+    scale = _check_attention("favor_attention", q, k, v, w, kind, scale)
     if q.shape[-2] == 0:
         return v.new_empty(v.shape)  # (..., 0, d_v)
 
@@ -266,6 +271,41 @@ def favor_attention(q, k, v, w, *, kind="positive", causal=False, scale=None):
     return out.to(dtype)
 
 
+def unstabilized_favor_attention(q, k, v, w, *, kind="positive", causal=False, scale=None):
+    """`favor_attention` computed as the formulas read: no shifts, in the dtype of the inputs.
+
+    The features `positive_features` or `trig_features` of q' = √scale q and k' = √scale k
+    (`scale=None`: 1/√d) go to `linear_attention` with its default eps = 1e-6. In exact
+    arithmetic this is `favor_attention` (up to that eps); in floating point the exponentials
+    overflow to inf or underflow to 0 for large inputs, above all in float16 and bfloat16. It
+    exists to show what the stabilization of `favor_attention` prevents.
+
+    Args:
+        q, k: queries and keys `(..., N, d)`.
+        v: values `(..., N, d_v)`.
+        w: random frequencies `(m, d)`; same dtype and device as q.
+        kind: "positive" or "trigonometric".
+        causal: let position i attend to positions j ≤ i only.
+        scale: positive multiplier of q·k, or None for 1/√d.
+
+    Returns:
+        `(..., N, d_v)` in the dtype of q.
+
+    >>> from linattn_core.testing import random_qkv
+    >>> q, k, v = random_qkv(n=8, d=16, dtype=torch.float16)
+    >>> w = iid_gaussian(32, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float16)
+    >>> q, k = 4 * q, 4 * k  # scores q·k/√d of standard deviation 4
+    >>> bool(unstabilized_favor_attention(q, k, v, w, kind="trigonometric").isfinite().all())
+    False
+    >>> bool(favor_attention(q, k, v, w, kind="trigonometric").isfinite().all())
+    True
+    """
+    scale = _check_attention("unstabilized_favor_attention", q, k, v, w, kind, scale)
+    root = math.sqrt(scale)  # q'·k' = scale q·k
+    features = positive_features if kind == "positive" else trig_features
+    return linear_attention(features(root * q, w), features(root * k, w), v, causal=causal)
+
+
 def _check_draw(fn, m, d, generator, dtype) -> None:
     check_positive_int(fn, "m", m)
     check_positive_int(fn, "d", d)
@@ -282,6 +322,14 @@ def _draw_device(generator) -> torch.device:
     return torch.device("cpu") if generator is None else generator.device
 
 
+def _check_attention(fn, q, k, v, w, kind, scale) -> float:
+    """The checks of the attention functions; returns the scale, 1/√d for None."""
+    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
+    _check_frequencies(fn, w, "q", q)
+    check_choice(fn, "kind", kind, FEATURE_KINDS)
+    return softmax_scale(fn, scale, q.shape[-1])
+
+
 def _check_features(fn, x, w) -> None:
     check_tensor(fn, "x", x, min_rank=1)
     _check_frequencies(fn, w, "x", x)
@@ -289,23 +337,14 @@ def _check_features(fn, x, w) -> None:
 
 def _check_frequencies(fn, w, x_name, x) -> None:
     """w `(m, d)` with m ≥ 1, d matching x's last axis, and x's dtype and device."""
-    check_tensor(fn, "w", w, min_rank=2)
-    if w.dim() != 2:
-        raise ValueError(f"{fn}: w must be a matrix (m, d); got w.shape={_shape(w)}")
+    check_matrix(fn, "w", w)
     if w.shape[0] == 0:
-        raise ValueError(f"{fn}: w must have at least one row (m ≥ 1); got w.shape={_shape(w)}")
+        raise ValueError(
+            f"{fn}: w must have at least one row (m ≥ 1); got w.shape={tuple(w.shape)}"
+        )
     if w.shape[1] != x.shape[-1]:
         raise ValueError(
             f"{fn}: w must have as many columns as {x_name} has features; "
-            f"got w.shape={_shape(w)}, {x_name}.shape={_shape(x)}"
+            f"got w.shape={tuple(w.shape)}, {x_name}.shape={tuple(x.shape)}"
         )
-    if w.dtype != x.dtype:
-        raise TypeError(
-            f"{fn}: w must have the same dtype as {x_name}; "
-            f"got w.dtype={w.dtype}, {x_name}.dtype={x.dtype}"
-        )
-    if w.device != x.device:
-        raise ValueError(
-            f"{fn}: w must be on the same device as {x_name}; "
-            f"got w.device={w.device}, {x_name}.device={x.device}"
-        )
+    check_same_dtype_and_device(fn, x_name, x, w=w)

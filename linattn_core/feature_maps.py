@@ -4,6 +4,12 @@
 features: the ones here are positive maps from the literature (`elu_plus_one`, `relu`), the
 linear kernel (`identity`), and `taylor`, an exact finite map of the truncated exponential.
 None of them scales its input.
+
+With `taylor` come the pieces of its theory: the truncated exponential `truncated_exp` (its
+kernel), `multi_indices` (its features), `exp_remainder_bound` (how far T_p is from exp),
+`truncated_exp_roots` (where T_p changes sign), `exp_gram` (the exact kernel's Gram matrix, which
+no finite map reproduces), `outer_product_features` (the redundant second-order layout of Based)
+and `taylor_attention` (Taylor-p linear attention as an approximation of softmax attention).
 """
 
 import functools
@@ -14,7 +20,28 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from linattn_core.validation import check_non_negative_int, check_tensor
+from linattn_core.attention import linear_attention
+from linattn_core.validation import (
+    check_attention_inputs,
+    check_non_negative_int,
+    check_tensor,
+    softmax_scale,
+)
+
+__all__ = [
+    "elu_plus_one",
+    "exp_gram",
+    "exp_remainder_bound",
+    "identity",
+    "multi_indices",
+    "outer_product_features",
+    "relu",
+    "taylor",
+    "taylor_attention",
+    "taylor_dim",
+    "truncated_exp",
+    "truncated_exp_roots",
+]
 
 
 def elu_plus_one(x):
@@ -104,6 +131,173 @@ def taylor_dim(d, order):
     check_non_negative_int("taylor_dim", "d", d)
     check_non_negative_int("taylor_dim", "order", order)
     return math.comb(d + order, order)
+
+
+def truncated_exp(t, order):
+    """T_p(t) = Σ_{n=0..p} tⁿ / n!, the exponential series truncated after order p, elementwise.
+
+    The kernel of the Taylor map: `taylor(q, p) @ taylor(k, p)` equals T_p(q·k).
+
+    Args:
+        t: any shape.
+        order: p, a non-negative int.
+
+    Returns:
+        the shape of t.
+
+    >>> truncated_exp(torch.tensor([-2.0, -1.0, 0.0, 1.0]), 2)
+    tensor([1.0000, 0.5000, 1.0000, 2.5000])
+    """
+    check_tensor("truncated_exp", "t", t, min_rank=0)
+    check_non_negative_int("truncated_exp", "order", order)
+    # float(n!): torch cannot take n! > 2⁶³ (n ≥ 21) as an integer scalar
+    return sum(t**n / float(math.factorial(n)) for n in range(order + 1))
+
+
+def multi_indices(d, order):
+    """Every multi-index α ∈ ℕ^d with |α| ≤ order, in the order of the features of `taylor`.
+
+    Feature number i of `taylor(x, order)` is x^α / √α! for the i-th α of this list, where
+    x^α = Π_j x_j^α_j and α! = Π_j α_j!; there are `taylor_dim(d, order)` of them.
+
+    Returns:
+        a list of d-tuples of ints.
+
+    >>> multi_indices(2, 2)
+    [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)]
+    """
+    check_non_negative_int("multi_indices", "d", d)
+    check_non_negative_int("multi_indices", "order", order)
+    alphas = []
+    for degree in range(order + 1):
+        for variables in itertools.combinations_with_replacement(range(d), degree):
+            alphas.append(tuple(variables.count(i) for i in range(d)))
+    return alphas
+
+
+def exp_remainder_bound(t, order):
+    """Lagrange bound |eᵗ − T_p(t)| ≤ |t|^(p+1) e^max(t, 0) / (p+1)!, elementwise.
+
+    The error of `truncated_exp`: eᵗ − T_p(t) = e^ξ t^(p+1)/(p+1)! for some ξ between 0 and t.
+
+    Args:
+        t: any shape.
+        order: p, a non-negative int.
+
+    Returns:
+        the shape of t.
+
+    >>> t = torch.tensor([-3.0, -1.0, 0.5, 2.0], dtype=torch.float64)
+    >>> bool(((t.exp() - truncated_exp(t, 2)).abs() <= exp_remainder_bound(t, 2)).all())
+    True
+    """
+    check_tensor("exp_remainder_bound", "t", t, min_rank=0)
+    check_non_negative_int("exp_remainder_bound", "order", order)
+    return t.abs() ** (order + 1) * t.clamp(min=0).exp() / float(math.factorial(order + 1))
+
+
+def truncated_exp_roots(order):
+    """The real roots of T_p, in increasing order, as a float64 tensor.
+
+    Even orders have none (T_2m > 0); odd orders have exactly one, ρ_p < 0, so odd-order
+    Taylor similarities are negative for scores below ρ_p. Computed as the real eigenvalues of
+    the companion matrix of T_p (imaginary part below 1e-9).
+
+    Args:
+        order: p, a non-negative int.
+
+    Returns:
+        `(number of real roots,)`.
+
+    >>> truncated_exp_roots(1), truncated_exp_roots(2)
+    (tensor([-1.], dtype=torch.float64), tensor([], dtype=torch.float64))
+    >>> round(float(truncated_exp_roots(3)[0]), 4)
+    -1.5961
+    """
+    check_non_negative_int("truncated_exp_roots", "order", order)
+    if order == 0:
+        return torch.empty(0, dtype=torch.float64)
+    coefficients = torch.tensor(
+        [1 / math.factorial(n) for n in range(order + 1)], dtype=torch.float64
+    )
+    companion = torch.diag(torch.ones(order - 1, dtype=torch.float64), -1)  # (p, p)
+    companion[:, -1] = -coefficients[:-1] / coefficients[-1]  # of the monic T_p · p!
+    roots = torch.linalg.eigvals(companion)  # (p,) complex
+    return roots.real[roots.imag.abs() < 1e-9].sort().values
+
+
+def exp_gram(x):
+    """Gram matrix of the exponential kernel, G_ij = exp(x_i·x_j).
+
+    Positive definite for distinct points, so its rank is the number of points and no finite
+    feature map reproduces it (Micchelli, 1986).
+
+    Args:
+        x: points `(..., n, d)`.
+
+    Returns:
+        `(..., n, n)`.
+
+    >>> exp_gram(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+    tensor([[ 2.7183,  1.0000],
+            [ 1.0000, 54.5981]])
+    """
+    check_tensor("exp_gram", "x", x, min_rank=2)
+    return torch.exp(x @ x.mT)  # (..., n, n)
+
+
+def outer_product_features(x):
+    """φ(x) = (1, x, vec(x xᵀ)/√2): the second-order map in the redundant layout of Based.
+
+    Based (Arora et al., 2024) keeps both x_i x_j and x_j x_i; the kernel is the same as that of
+    `taylor(x, order=2)`, φ(q)·φ(k) = T_2(q·k), with 1 + d + d² features instead of
+    taylor_dim(d, 2) = 1 + d + d(d+1)/2. Shape `(..., d)` -> `(..., 1 + d + d²)`.
+
+    >>> q, k = torch.tensor([0.5, -1.0]), torch.tensor([2.0, 0.25])
+    >>> outer_product_features(q).shape
+    torch.Size([7])
+    >>> outer = outer_product_features(q) @ outer_product_features(k)
+    >>> bool(torch.isclose(outer, taylor(q) @ taylor(k)))
+    True
+    """
+    check_tensor("outer_product_features", "x", x, min_rank=1)
+    quadratic = (x[..., :, None] * x[..., None, :]).flatten(-2) / math.sqrt(2)  # (..., d²)
+    return torch.cat([torch.ones_like(x[..., :1]), x, quadratic], dim=-1)
+
+
+def taylor_attention(q, k, v, order=2, *, causal=False, scale=None):
+    """Taylor-p linear attention: the approximation of `softmax_attention` by the `taylor` map.
+
+    exp(scale q_i·k_j) is replaced by T_p(scale q_i·k_j) = taylor(q_i', p)·taylor(k_j', p) with
+    q' = √scale q, k' = √scale k (`scale=None` means 1/√d: q and k are multiplied by d^(-1/4)),
+    and the output o_i = Σ_j s_ij v_j / Σ_j s_ij (over j ≤ i when causal) is computed by
+    `linear_attention` with eps = 0, so the normalization is exact. Odd orders can give zero or
+    negative denominators (see `truncated_exp_roots`); even orders cannot.
+
+    Args:
+        q, k: queries and keys `(..., N, d)`.
+        v: values `(..., N, d_v)`.
+        order: p, a non-negative int.
+        causal: let position i attend to positions j ≤ i only.
+        scale: positive multiplier of q·k, or None for 1/√d.
+
+    Returns:
+        `(..., N, d_v)`.
+
+    >>> from linattn_core import softmax_attention
+    >>> from linattn_core.testing import random_qkv, relative_error
+    >>> q, k, v = random_qkv(n=32, d=8)
+    >>> q, k = q / 2, k / 2  # scores q·k/√d of standard deviation 1/4
+    >>> relative_error(taylor_attention(q, k, v, 2), softmax_attention(q, k, v)) < 0.01
+    True
+    """
+    fn = "taylor_attention"
+    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
+    check_non_negative_int(fn, "order", order)
+    scale = softmax_scale(fn, scale, q.shape[-1])
+    root = math.sqrt(scale)  # q'·k' = scale q·k
+    phi_q, phi_k = taylor(root * q, order=order), taylor(root * k, order=order)  # (..., N, D)
+    return linear_attention(phi_q, phi_k, v, causal=causal, eps=0.0)
 
 
 @functools.lru_cache(maxsize=64)

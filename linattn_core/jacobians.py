@@ -1,10 +1,15 @@
-"""Closed-form Jacobians of the transformer's building blocks (chapter 8, document 004 conventions).
+"""Closed-form Jacobians of the transformer's building blocks (chapter 8).
 
 Vectors are columns and Jacobians are in numerator layout: ``J[i, j] = ∂f_i/∂x_j``, shape
 ``(out, in)``. Functions of a vector accept leading batch dimensions ``(..., d)`` and return
-``(..., out, in)``. For self-attention the token matrix is ``X ∈ R^{d×n}`` (tokens are columns,
-as in document 004) and matrices are flattened with the column-stacking `vec` of
-`linattn_core.calculus`, so a Jacobian is ``∂vec(Y)/∂vec(X)``.
+``(..., out, in)``. For self-attention the token matrix is ``X ∈ R^{d×n}`` (one token per
+column, the column layout of chapter 8) and matrices are flattened with the column-stacking
+`vec` of `linattn_core.linalg`, so a Jacobian is ``∂vec(Y)/∂vec(X)`` and products of matrices
+differentiate by the Kronecker identities of Magnus and Neudecker (*Matrix Differential
+Calculus*). The blocks: LayerNorm (Ba et al. 2016), RMSNorm (Zhang and Sennrich 2019), SwiGLU
+(Shazeer 2020), QK-norm (Henry et al. 2020); the Jacobian view of training stability follows
+Qi et al. (2023). `self_attention_bound` grows with the tokens: Kim et al. (2021) show that
+dot-product self-attention has no global Lipschitz constant.
 
 Every function is built from its formula, never from autograd; the tests compare each one with
 autograd in float64.
@@ -15,7 +20,7 @@ import math
 import torch
 
 from linattn_core.linalg import commutation_matrix, kron
-from linattn_core.validation import check_eps, check_tensor
+from linattn_core.validation import check_eps, check_same_dtype_and_device, check_tensor
 
 __all__ = [
     "attention_logits",
@@ -23,9 +28,11 @@ __all__ = [
     "l2norm",
     "layernorm",
     "layernorm_gamma",
+    "qknorm_logit",
     "relu_ffn",
     "rmsnorm",
     "self_attention",
+    "self_attention_bound",
     "softmax",
     "stablenorm",
     "swiglu",
@@ -51,7 +58,7 @@ def layernorm(x: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-5) -> torch.
     """Jacobian of LN(x) = γ ⊙ (x − mean(x))/√(var(x) + eps) + β by x, `(..., d)` → `(..., d, d)`.
 
     The variance is the biased one, as in `torch.nn.functional.layer_norm`. With the centred
-    y = (I − 11ᵀ/d) x and s² = ‖y‖² + d·eps (document 004's ε is d·eps):
+    y = (I − 11ᵀ/d) x and s² = ‖y‖² + d·eps (LN = γ ⊙ √d y/√(‖y‖² + ε) + β with ε = d·eps):
 
         ∂LN/∂x = √d/s · Diag(γ) (I − y yᵀ/s²) (I − 11ᵀ/d).
 
@@ -75,7 +82,7 @@ def layernorm(x: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-5) -> torch.
 def layernorm_gamma(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """Jacobian of LN(x) by its gain γ: Diag(x̂), x̂ = (x − mean)/√(var + eps), `(..., d, d)`.
 
-    In document 004's notation x̂ = √d·y/s. (Not Diag(I − yyᵀ/s²), which document 004 prints.)
+    With y and s of `layernorm`, x̂ = √d·y/s: the output is linear in γ with coefficient x̂.
 
     >>> layernorm_gamma(torch.tensor([0.0, 2.0]), eps=0.0)
     tensor([[-1.,  0.],
@@ -218,7 +225,7 @@ def self_attention(
 ) -> torch.Tensor:
     """∂vec(Y)/∂vec(X) for Y = Wv X A, A = softmax over the first index of P/√d_q, P = XᵀWqᵀWkX.
 
-    Document 004's column convention: X `(..., d, n)` holds one token per column, Wq and Wk
+    The column layout: X `(..., d, n)` holds one token per column, Wq and Wk
     `(d_q, d)`, Wv `(d_v, d)`; each column of A sums to 1. Built from the Kronecker formula
 
         ∂vec(Y)/∂vec(X) = (Aᵀ ⊗ Wv) + (I_n ⊗ Wv X) · J/√d_q · ∂vec(P)/∂vec(X),
@@ -232,8 +239,69 @@ def self_attention(
     torch.Size([12, 12])
     """
     _check_attention("self_attention", X, Wq, Wk)
-    _check_weight("self_attention", "Wv", Wv, X, in_features=X.shape[-2])
+    _check_weight("self_attention", "Wv", Wv, X, in_features=X.shape[-2], x_name="X")
     return _batched(_self_attention, X, Wq, Wk, Wv)
+
+
+def self_attention_bound(
+    X: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor, Wv: torch.Tensor
+) -> torch.Tensor:
+    """Upper bound on ‖∂vec(Y)/∂vec(X)‖₂ of `self_attention`: √n ‖Wv‖₂ + ‖Wv‖₂ ‖X‖₂² ‖WqᵀWk‖₂/√d_q.
+
+    The value path Aᵀ ⊗ Wv has norm ‖A‖₂ ‖Wv‖₂ ≤ √n ‖Wv‖₂ (each column of A is a probability
+    vector); the softmax path is at most ‖Wv‖₂ ‖X‖₂ · ½ · 2 ‖X‖₂ ‖WqᵀWk‖₂ / √d_q (the softmax
+    Jacobian has norm ≤ ½). Same shapes as `self_attention`; returns the bound `X.shape[:-2]`.
+    It grows like ‖X‖₂² without limit (there is no global Lipschitz constant, Kim et al. 2021);
+    it allows a large Jacobian, it does not say the Jacobian is large.
+
+    >>> X, W = torch.ones(2, 4, dtype=torch.float64), torch.eye(2, dtype=torch.float64)
+    >>> round(float(self_attention_bound(X, W, W, W)), 6)  # √n + ‖X‖₂²/√d_q = 2 + 8/√2
+    7.656854
+    """
+    _check_attention("self_attention_bound", X, Wq, Wk)
+    _check_weight("self_attention_bound", "Wv", Wv, X, in_features=X.shape[-2], x_name="X")
+    n, d_q = X.shape[-1], Wq.shape[0]
+    norm_v = torch.linalg.matrix_norm(Wv, ord=2)
+    norm_x = torch.linalg.matrix_norm(X, ord=2)  # X.shape[:-2]
+    norm_qk = torch.linalg.matrix_norm(Wq.T @ Wk, ord=2)
+    return math.sqrt(n) * norm_v + norm_v * norm_x**2 * norm_qk / math.sqrt(d_q)
+
+
+def qknorm_logit(
+    q: torch.Tensor, k: torch.Tensor, gamma_q: torch.Tensor, gamma_k: torch.Tensor, eps=1e-6
+) -> torch.Tensor:
+    """∂P/∂q for the QK-normalized logit P = RMSN(q)·RMSN(k)/√d₁ of a query q and a key k.
+
+    RMSN is `torch.nn.functional.rms_norm` with gains γ_q, γ_k (Henry et al. 2020 normalize
+    queries and keys; here with RMSNorm). With s² = ‖·‖² + d₁·eps:
+
+        ∂P/∂q = √d₁/(s_q s_k) · (I − q qᵀ/s_q²) Diag(γ_q ⊙ γ_k) k,
+
+    prefactor √d₁, the width of q and k (the head width), not the model width. q and k
+    `(..., d₁)`, gains `(d₁,)`; returns `(..., d₁)`. ∂P/∂k is `qknorm_logit(k, q, γ_k, γ_q)`,
+    and the chain rule through q = W_q x gives W_qᵀ ∂P/∂q for x and (∂P/∂q) xᵀ for W_q.
+
+    >>> q, ones = torch.tensor([1.0, 0.0]), torch.ones(2)
+    >>> qknorm_logit(q, q, ones, ones, eps=0.0)  # q·q/‖q‖² is constant along q
+    tensor([0., 0.])
+    """
+    fn = "qknorm_logit"
+    check_tensor(fn, "q", q, min_rank=1)
+    check_tensor(fn, "k", k, min_rank=1)
+    if k.shape != q.shape:
+        raise ValueError(
+            f"{fn}: k must have the shape of q {tuple(q.shape)}; got k.shape={tuple(k.shape)}"
+        )
+    check_same_dtype_and_device(fn, "q", q, k=k)
+    _check_gain(fn, "gamma_q", gamma_q, q, "q")
+    _check_gain(fn, "gamma_k", gamma_k, q, "q")
+    check_eps(fn, eps)
+    d1 = q.shape[-1]
+    s2_q = (q * q).sum(dim=-1, keepdim=True) + d1 * eps  # (..., 1)
+    s_k = ((k * k).sum(dim=-1, keepdim=True) + d1 * eps).sqrt()  # (..., 1)
+    u = gamma_q * gamma_k * k  # (..., d1): Diag(γ_q ⊙ γ_k) k
+    projected = u - q * (q * u).sum(dim=-1, keepdim=True) / s2_q  # (I − q qᵀ/s_q²) u
+    return math.sqrt(d1) / (s2_q.sqrt() * s_k) * projected
 
 
 def _self_attention(X, Wq, Wk, Wv):
@@ -273,43 +341,38 @@ def _scaled_projection(x, gamma, scale, eps):
 
 def _check_vector_and_gain(fn, x, gamma):
     check_tensor(fn, "x", x, min_rank=1)
-    check_tensor(fn, "gamma", gamma, min_rank=1)
+    _check_gain(fn, "gamma", gamma, x)
+
+
+def _check_gain(fn, name, gamma, x, x_name="x"):
+    """A gain `(d,)` for the input x `(..., d)`, with x's dtype and device."""
+    check_tensor(fn, name, gamma, min_rank=1)
     if gamma.shape != x.shape[-1:]:
         raise ValueError(
-            f"{fn}: gamma must have shape (d,) = {tuple(x.shape[-1:])} to match x; "
-            f"got gamma.shape={tuple(gamma.shape)}"
+            f"{fn}: {name} must have shape (d,) = {tuple(x.shape[-1:])} to match the input; "
+            f"got {name}.shape={tuple(gamma.shape)}"
         )
-    _check_like(fn, "gamma", gamma, x)
+    check_same_dtype_and_device(fn, x_name, x, **{name: gamma})
 
 
 def _check_attention(fn, X, Wq, Wk):
     check_tensor(fn, "X", X, min_rank=2)
-    d_q = _check_weight(fn, "Wq", Wq, X, in_features=X.shape[-2])
-    _check_weight(fn, "Wk", Wk, X, in_features=X.shape[-2], out_features=d_q)
+    d_q = _check_weight(fn, "Wq", Wq, X, in_features=X.shape[-2], x_name="X")
+    _check_weight(fn, "Wk", Wk, X, in_features=X.shape[-2], out_features=d_q, x_name="X")
 
 
-def _check_weight(fn, name, W, x, *, in_features, out_features=None) -> int:
+def _check_weight(fn, name, W, x, *, in_features, out_features=None, x_name="x") -> int:
     """A matrix `(out_features, in_features)` with x's dtype and device; returns its rows."""
     check_tensor(fn, name, W, min_rank=2)
     expected = f"({'out' if out_features is None else out_features}, {in_features})"
     if W.dim() != 2 or W.shape[1] != in_features or out_features not in (None, W.shape[0]):
         raise ValueError(f"{fn}: {name} must have shape {expected}; got {tuple(W.shape)}")
-    _check_like(fn, name, W, x)
+    check_same_dtype_and_device(fn, x_name, x, **{name: W})
     return W.shape[0]
 
 
-def _check_bias(fn, name, b, x, size):
+def _check_bias(fn, name, b, x, size, x_name="x"):
     check_tensor(fn, name, b, min_rank=1)
     if b.shape != (size,):
         raise ValueError(f"{fn}: {name} must have shape ({size},); got {tuple(b.shape)}")
-    _check_like(fn, name, b, x)
-
-
-def _check_like(fn, name, t, x):
-    """t must share x's dtype and device (x is the first argument: x or X)."""
-    if t.dtype != x.dtype:
-        raise TypeError(f"{fn}: {name} must have the dtype of the input ({x.dtype}); got {t.dtype}")
-    if t.device != x.device:
-        raise ValueError(
-            f"{fn}: {name} must be on the device of the input ({x.device}); got {t.device}"
-        )
+    check_same_dtype_and_device(fn, x_name, x, **{name: b})

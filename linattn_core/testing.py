@@ -39,10 +39,10 @@ def relative_error(actual, expected) -> float:
     0.02
     >>> relative_error(torch.tensor([float("nan")]), torch.tensor([1.0]))
     inf
+    >>> relative_error(math.sqrt(2), 1.4142135623730951)  # Python floats: float64, not float32
+    0.0
     """
-    actual, expected = (
-        torch.as_tensor(x).detach().to("cpu", torch.float64) for x in (actual, expected)
-    )
+    actual, expected = (_as_float64(x) for x in (actual, expected))
     if actual.shape != expected.shape:
         raise ValueError(
             "relative_error: actual must have the same shape as expected; "
@@ -169,6 +169,14 @@ def in_float64(fn, *tensors, **kwargs):
     if isinstance(result, tuple):
         return tuple(_cast_like(r, target) for r in result)
     return _cast_like(result, target)
+
+
+def _as_float64(x) -> torch.Tensor:
+    """A tensor, array, list or number in float64 on the CPU (Python floats stay exact: they are
+    float64 already, and torch's default dtype would round them to float32)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64)
+    return torch.as_tensor(x, dtype=torch.float64)
 
 
 def _to_reference(x):

@@ -29,6 +29,22 @@ def check_tensor(fn: str, name: str, x: object, *, min_rank: int) -> None:
         )
 
 
+def check_matrix(fn: str, name: str, x: object) -> None:
+    """A floating-point tensor with exactly two dimensions `(m, n)`."""
+    check_tensor(fn, name, x, min_rank=2)
+    if x.dim() != 2:
+        raise ValueError(f"{fn}: {name} must be a matrix (m, n); got {name}.shape={_shape(x)}")
+
+
+def check_square(fn: str, name: str, x: object) -> None:
+    """A floating-point square matrix `(n, n)`."""
+    check_matrix(fn, name, x)
+    if x.shape[0] != x.shape[1]:
+        raise ValueError(
+            f"{fn}: {name} must be a square matrix (n, n); got {name}.shape={_shape(x)}"
+        )
+
+
 def check_attention_inputs(fn: str, names: tuple[str, str, str], q, k, v) -> None:
     """q, k `(..., N, d)` and v `(..., N, d_v)` with equal batch dims, dtype and device, d ≥ 1.
 
@@ -63,6 +79,14 @@ def check_same_dtype_and_device(fn: str, ref_name: str, ref: torch.Tensor, **oth
                 f"{fn}: {name} must be on the same device as {ref_name}; "
                 f"got {ref_name}.device={ref.device}, {name}.device={x.device}"
             )
+
+
+def softmax_scale(fn: str, scale: object, d: int) -> float:
+    """The multiplier of q·k: `scale` checked to be a positive finite number, 1/√d for None."""
+    if scale is None:
+        return d**-0.5
+    check_positive_number(fn, "scale", scale)
+    return scale
 
 
 def check_positive_int(fn: str, name: str, value: object) -> None:

@@ -1,5 +1,10 @@
-"""Attention functions against their definitions, and every linear_attention form against
-kernel_attention: outputs and gradients, in float64, over odd shapes."""
+"""Attention functions against their definitions, every linear_attention form against
+kernel_attention and online softmax attention against softmax_attention: outputs and gradients,
+in float64, over odd shapes; the kernel facts and attention identities of chapter 1 behind them,
+and the FLOPs each form performs."""
+
+import math
+import re
 
 import pytest
 import torch
@@ -8,9 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from linattn_core import kernel_attention, linear_attention, softmax_attention
-from linattn_core.feature_maps import taylor
+from linattn_core.attention import online_softmax_attention
+from linattn_core.costs import matmul_flops
+from linattn_core.feature_maps import elu_plus_one, relu, taylor
 from linattn_core.testing import assert_close, in_float64, random_qkv
 
+F64 = torch.float64
 METHODS = ["auto", "parallel", "recurrent", "chunked"]
 RTOL = 1e-10
 
@@ -55,6 +63,7 @@ def test_linear_attention_matches_kernel_attention(
     assert_close(out, expected, rtol=RTOL, name=method)
 
 
+@pytest.mark.slow
 @given(
     batch=st.lists(st.integers(1, 3), max_size=2),
     n=st.integers(1, 40),
@@ -204,6 +213,64 @@ def test_causal_output_ignores_the_future():
         assert not torch.equal(before[5:], after[5:]), method
 
 
+# --- online softmax attention ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale", [None, 0.3, 4.0])
+@pytest.mark.parametrize("block_size", [1, 4, 7, 23, 64])
+@pytest.mark.parametrize("batch", [(), (2, 3)])
+def test_online_softmax_attention_equals_softmax_attention(batch, block_size, scale):
+    q, k, v = random_qkv(*batch, n=23, d=5, d_v=3)
+    q = 4 * q  # large scores: the running max must rescale, or exp would overflow in float32
+    out = online_softmax_attention(q, k, v, block_size=block_size, scale=scale)
+    assert_close(out, softmax_attention(q, k, v, scale=scale), rtol=1e-12)
+
+
+def test_online_softmax_attention_is_stable_in_float32():
+    q, k, v = random_qkv(2, n=100, d=8, d_v=4, dtype=torch.float32)
+    out = online_softmax_attention(30 * q, k, v, block_size=16)  # scores up to ~100: exp overflows
+    assert out.dtype == torch.float32
+    assert_close(out, in_float64(softmax_attention, 30 * q, k, v), rtol=1e-5)
+
+
+def test_online_softmax_attention_has_the_flops_of_softmax_attention():
+    q, k, v = random_qkv(n=300, d=16, d_v=8)
+    online = matmul_flops(online_softmax_attention, q, k, v, block_size=32)
+    assert online == matmul_flops(softmax_attention, q, k, v) == 2 * 300**2 * (16 + 8)
+
+
+def test_online_softmax_attention_gradcheck():
+    inputs = [x.requires_grad_() for x in random_qkv(2, n=5, d=3, d_v=2)]
+    assert torch.autograd.gradcheck(lambda *x: online_softmax_attention(*x, block_size=2), inputs)
+
+
+@pytest.mark.parametrize("batch_and_n", [((2,), 0), ((0,), 5)])
+def test_online_softmax_attention_of_empty_inputs(batch_and_n):
+    batch, n = batch_and_n
+    q, k, v = random_qkv(*batch, n=n, d=3, d_v=2)
+    assert online_softmax_attention(q, k, v).shape == v.shape
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"block_size": 0}, "block_size must be a positive int; got block_size=0"),
+        ({"block_size": 2.0}, "block_size must be a positive int; got block_size=2.0"),
+        ({"scale": -1.0}, "scale must be a positive finite number; got scale=-1.0"),
+    ],
+)
+def test_online_softmax_attention_rejects_bad_options(options, message):
+    q, k, v = random_qkv(n=4, d=3)
+    with pytest.raises(ValueError, match="^online_softmax_attention: " + re.escape(message)):
+        online_softmax_attention(q, k, v, **options)
+
+
+def test_online_softmax_attention_validates_its_tensors():
+    q, k, v = random_qkv(n=4, d=3)
+    with pytest.raises(ValueError, match=r"^online_softmax_attention: k must have the same"):
+        online_softmax_attention(q, k[:, :2], v)
+
+
 def test_reference_sanity():
     # the reference itself: uniform similarities average the visible values
     v = torch.arange(6.0, dtype=torch.float64).reshape(3, 2)
@@ -211,3 +278,215 @@ def test_reference_sanity():
     out = kernel_attention(ones, ones, v, causal=True, eps=0.0)
     expected = torch.cumsum(v, dim=0) / torch.arange(1, 4, dtype=torch.float64)[:, None]
     assert_close(out, expected, rtol=1e-15)
+
+
+# --- kernels: the similarities behind kernel_attention, and their Gram matrices ----------------
+
+
+def min_eigenvalue(gram):
+    return torch.linalg.eigvalsh(gram)[0].item()
+
+
+def test_polynomial_kernel_feature_map():
+    torch.manual_seed(1)
+    x, y = torch.randn(50, 2, dtype=F64), torch.randn(50, 2, dtype=F64)
+
+    def features(x):  # [x₁², x₂², √2 x₁x₂]
+        return torch.stack([x[:, 0] ** 2, x[:, 1] ** 2, math.sqrt(2) * x[:, 0] * x[:, 1]], dim=1)
+
+    assert_close(features(x) @ features(y).T, (x @ y.T) ** 2, rtol=1e-12)
+    # any d: φ(x) = vec(x xᵀ), d² features
+    x, y = torch.randn(30, 5, dtype=F64), torch.randn(30, 5, dtype=F64)
+    outer = torch.einsum("ni,nj->nij", x, x).flatten(1), torch.einsum("ni,nj->nij", y, y).flatten(1)
+    assert_close(outer[0] @ outer[1].T, (x @ y.T) ** 2, rtol=1e-12)
+
+
+def test_polynomial_kernel_with_constant_feature_map():
+    torch.manual_seed(5)
+    c = 1.5
+    x, y = torch.randn(40, 2, dtype=F64), torch.randn(40, 2, dtype=F64)
+
+    def features(x):  # (x·y + c)² in 2-D: six features
+        x1, x2 = x[:, 0], x[:, 1]
+        root = math.sqrt(2 * c)
+        columns = [torch.full_like(x1, c), root * x1, root * x2, x1**2, x2**2]
+        return torch.stack([*columns, math.sqrt(2) * x1 * x2], dim=1)
+
+    assert_close(features(x) @ features(y).T, (x @ y.T + c) ** 2, rtol=1e-12)
+
+
+def test_elu_of_dot_product_plus_one_is_not_psd():
+    x = torch.tensor([-2.0, -1.0, 1.0, 2.0], dtype=F64)
+    gram = F.elu(torch.outer(x, x)) + 1  # k(x, y) = elu(xy) + 1
+    assert torch.equal(gram, gram.T)
+    assert min_eigenvalue(gram) < -0.01
+    c = torch.tensor([-4.0, 7.0, -7.0, 4.0], dtype=F64)
+    exact = 20 + 112 * math.exp(-2) - 98 * math.exp(-1) - 32 * math.exp(-4)
+    assert math.isclose((c @ gram @ c).item(), exact, rel_tol=1e-12)
+    assert exact < -1.4
+
+
+@pytest.mark.parametrize("d", [1, 3, 8])
+def test_elu_plus_one_feature_kernel_is_psd(d):
+    torch.manual_seed(d)
+    x = 2 * torch.randn(40, d, dtype=F64)
+    features = elu_plus_one(x)  # (40, d)
+    gram = features @ features.T  # k(x, y) = (elu(x) + 1)ᵀ(elu(y) + 1)
+    scale = torch.linalg.eigvalsh(gram)[-1].item()
+    assert min_eigenvalue(gram) > -1e-12 * scale
+    assert bool((gram > 0).all())
+    c = torch.randn(40, dtype=F64)
+    assert math.isclose(c @ gram @ c, (features.T @ c).square().sum(), rel_tol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", ["exp", "gaussian", "linear, N > d"])
+def test_feature_map_from_eigendecomposition_reproduces_the_gram_matrix(kernel):
+    torch.manual_seed(7)
+    x = torch.randn(12, 3, dtype=F64)
+    grams = {
+        "exp": torch.exp(x @ x.T),
+        "gaussian": torch.exp(-(torch.cdist(x, x) ** 2) / 2),
+        "linear, N > d": x @ x.T,  # rank 3: nine zero eigenvalues, up to roundoff
+    }
+    gram = grams[kernel]
+    eigenvalues, eigenvectors = torch.linalg.eigh(gram)
+    features = eigenvectors * eigenvalues.clamp(min=0).sqrt()  # Φ = U √Λ; roundoff λ < 0 → 0
+    assert_close(features @ features.T, gram, rtol=1e-12)
+
+
+def test_linear_kernel_gram_is_psd_and_singular_beyond_d_points():
+    torch.manual_seed(8)
+    x = torch.randn(10, 4, dtype=F64)
+    eigenvalues = torch.linalg.eigvalsh(x @ x.T)
+    scale = eigenvalues[-1].item()
+    assert eigenvalues[0].item() > -1e-12 * scale
+    assert int((eigenvalues > 1e-10 * scale).sum()) == 4 == torch.linalg.matrix_rank(x @ x.T)
+
+
+def test_orthogonal_features_give_identity_gram():
+    torch.manual_seed(9)
+    features, _ = torch.linalg.qr(torch.randn(6, 4, dtype=F64))  # orthonormal columns
+    gram = features.T @ features  # four orthonormal feature vectors
+    assert_close(gram, torch.eye(4, dtype=F64), rtol=1e-12)
+    assert min_eigenvalue(gram) > 0.99  # positive definite, not merely semi-definite
+
+
+def test_identity_matrix_quadratic_form_and_eigenvalues():
+    torch.manual_seed(10)
+    c = torch.randn(7, dtype=F64)
+    assert math.isclose(c @ torch.eye(7, dtype=F64) @ c, (c * c).sum(), rel_tol=1e-15)
+    assert torch.equal(torch.linalg.eigvalsh(torch.eye(7, dtype=F64)), torch.ones(7, dtype=F64))
+
+
+def test_composition_of_linear_maps_is_one_matrix():
+    torch.manual_seed(11)
+    a1, a2, a3, x = (
+        torch.randn(5, 4, dtype=F64),
+        torch.randn(3, 5, dtype=F64),
+        torch.randn(2, 3, dtype=F64),
+        torch.randn(4, dtype=F64),
+    )
+    assert_close(a3 @ (a2 @ (a1 @ x)), (a3 @ a2 @ a1) @ x, rtol=1e-12)
+
+
+def test_elu_plus_one_is_not_linear():
+    phi = elu_plus_one
+    one, minus_one = torch.tensor([1.0], dtype=F64), torch.tensor([-1.0], dtype=F64)
+    lhs, rhs = phi(2 * one + minus_one), 2 * phi(one) + phi(minus_one)
+    assert lhs.item() == 2.0
+    assert math.isclose(rhs.item(), 4 + math.exp(-1), rel_tol=1e-15)
+
+
+# --- attention identities -----------------------------------------------------------------------
+
+
+def test_misprinted_denominator_collapses_to_the_mean_of_v():
+    # Σ_j exp(q_i·k_j) v_j / Σ_k exp(q_i·k_j): the denominator does not depend on k
+    q, k, v = random_qkv(n=9, d=4, d_v=3)
+    scores = torch.exp(q @ k.T / 2)  # (N, N), e_ij with scale 1/√d = 1/2
+    misprinted_denominator = sum(scores for _k in range(9))  # the summand has no k in it
+    misprinted = (scores / misprinted_denominator) @ v
+    assert_close(misprinted, v.mean(dim=0).expand_as(v), rtol=1e-14)
+    corrected = (scores @ v) / scores.sum(dim=1, keepdim=True)  # Σ_j e_ij v_j / Σ_k e_ik
+    assert_close(corrected, softmax_attention(q, k, v), rtol=1e-12)
+
+
+def test_similarity_matrix_rank_is_bounded_by_the_feature_dimension():
+    q, k, _ = random_qkv(n=32, d=4)
+    similarities = elu_plus_one(q) @ elu_plus_one(k).T  # (32, 32), rank ≤ 4
+    assert torch.linalg.matrix_rank(similarities) == 4
+    assert torch.linalg.matrix_rank(torch.exp(q @ k.T / 2)) == 32
+
+
+def test_softmax_rows_sharpen_elu_plus_one_rows_do_not():
+    q, k, _ = random_qkv(n=12, d=6, seed=3)
+    query = q[0]
+
+    def max_weights(sharpness):
+        softmax_row = torch.softmax(sharpness * k @ query / math.sqrt(6), dim=0)
+        elu_row = elu_plus_one(k) @ elu_plus_one(sharpness * query)
+        return softmax_row.max().item(), (elu_row / elu_row.sum()).max().item()
+
+    soft_1, elu_1 = max_weights(1.0)
+    soft_100, elu_100 = max_weights(100.0)
+    assert soft_100 > 0.999 > soft_1
+    assert elu_100 < 0.5  # the elu+1 row tends to a fixed, spread-out limit
+    elu_limit = elu_plus_one(k) @ relu(query)  # φ(βq)/β → relu(q) as β → ∞
+    assert math.isclose(elu_100, (elu_limit / elu_limit.sum()).max().item(), rel_tol=1e-2)
+    assert elu_1 < 0.5
+
+
+# --- FLOPs of each form, as FlopCounterMode counts them -----------------------------------------
+
+
+@pytest.mark.parametrize(("n", "d", "d_v"), [(37, 5, 3), (64, 8, 8), (1, 2, 7)])
+def test_flop_formulas(n, d, d_v):
+    q, k, v = random_qkv(2, n=n, d=d, d_v=d_v, positive=True)
+    b = 2
+    softmax = b * (2 * n * n * d + 2 * n * n * d_v)  # QKᵀ, then AV
+    assert matmul_flops(softmax_attention, q, k, v) == softmax
+    assert matmul_flops(softmax_attention, q, k, v, causal=True) == softmax
+    assert matmul_flops(kernel_attention, q, k, v) == softmax
+    assert matmul_flops(F.scaled_dot_product_attention, q, k, v) == softmax
+    # φ(K)ᵀ[V 1] and φ(Q)S: the denominator is one more value column
+    linear = b * (2 * n * d * (d_v + 1) + 2 * n * d * (d_v + 1))
+    assert matmul_flops(linear_attention, q, k, v, method="chunked") == linear
+    parallel = b * (2 * n * n * d + 2 * n * n * (d_v + 1))
+    assert matmul_flops(linear_attention, q, k, v, method="parallel") == parallel
+
+
+@pytest.mark.parametrize(("n", "chunk_size"), [(37, 8), (64, 16), (5, 64), (50, 1)])
+def test_causal_chunked_flop_formula(n, chunk_size):
+    d, d_v = 4, 3
+    q, k, v = random_qkv(n=n, d=d, d_v=d_v, positive=True)
+    c = min(chunk_size, n)
+    padded = c * math.ceil(n / c)
+    # within chunks: (C×d)(d×C) and (C×C)(C×(d_v+1)); across chunks: chunk states and queries
+    intra = 2 * padded * c * d + 2 * padded * c * (d_v + 1)
+    inter = 2 * padded * d * (d_v + 1) + 2 * padded * d * (d_v + 1)
+    flops = matmul_flops(
+        linear_attention, q, k, v, causal=True, method="chunked", chunk_size=chunk_size
+    )
+    assert flops == intra + inter
+
+
+# The notation page's translation rule: the column layout (tokens are columns) is the row layout
+# transposed.
+def test_row_and_column_layouts_are_transposes():
+    g = torch.Generator().manual_seed(1)
+    d, n, d_q, d_v = 6, 7, 4, 5
+    x_col = torch.randn(d, n, generator=g, dtype=torch.float64)
+    w_q, w_k = (torch.randn(d_q, d, generator=g, dtype=torch.float64) for _ in range(2))
+    w_v = torch.randn(d_v, d, generator=g, dtype=torch.float64)
+
+    q, k, v = w_q @ x_col, w_k @ x_col, w_v @ x_col  # columns are tokens
+    a_col = torch.softmax(k.mT @ q / d_q**0.5, dim=0)  # each column sums to one
+    y_col = v @ a_col  # (d_v, n)
+
+    x_row = x_col.mT  # rows are tokens
+    y_row = softmax_attention(x_row @ w_q.mT, x_row @ w_k.mT, x_row @ w_v.mT)  # (n, d_v)
+    a_row = torch.softmax(x_row @ w_q.mT @ (x_row @ w_k.mT).mT / d_q**0.5, dim=-1)
+
+    assert_close(a_col.sum(dim=0), torch.ones(n, dtype=torch.float64), rtol=1e-14)
+    assert_close(a_row, a_col.mT, rtol=1e-12)
+    assert_close(y_row, y_col.mT, rtol=1e-12)

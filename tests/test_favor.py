@@ -12,13 +12,14 @@ import math
 import pytest
 import torch
 
-from linattn_core import kernel_attention, linear_attention, softmax_attention
+from linattn_core import kernel_attention, softmax_attention
 from linattn_core.favor import (
     favor_attention,
     iid_gaussian,
     orthogonal_gaussian,
     positive_features,
     trig_features,
+    unstabilized_favor_attention,
 )
 from linattn_core.testing import assert_close, random_qkv, relative_error
 
@@ -166,7 +167,10 @@ def test_feature_shapes_and_signs():
     assert positive_features(x.float(), w.float()).dtype == torch.float32
 
 
-@pytest.mark.parametrize(("kind", "m"), [("iid", 8), ("orthogonal", 16), ("orthogonal", 11)])
+@pytest.mark.parametrize(
+    ("kind", "m"),
+    [("iid", 8), ("orthogonal", 16), pytest.param("orthogonal", 11, marks=pytest.mark.slow)],
+)
 def test_estimators_are_unbiased(kind, m):
     d, n_draws = 8, (5000 if m % 8 == 0 else 1000)
     w = draws(kind, n_draws, m, d, seed=10)  # m = 11: a full block and a remainder block of 3
@@ -178,18 +182,20 @@ def test_estimators_are_unbiased(kind, m):
             assert abs(z) < 4, (name, norm, z)
 
 
-def document_003_orthogonal(n_draws, d, g):
-    """Document 003's matrix for m = d: one orthonormal block divided by √(m/d) = 1."""
+def orthonormal_rows(n_draws, d, g):
+    """R draws `(R, d, d)` of d orthonormal rows: directions without the chi-distributed norms."""
     return torch.linalg.qr(torch.randn(n_draws, d, d, dtype=F64, generator=g))[0].mT
 
 
-def test_the_tests_detect_document_003_normalization():
+def test_the_tests_detect_rows_of_the_wrong_norm():
+    # unit rows instead of rows of norm ~ √d: the estimates shrink towards exp(−(|q|²+|k|²)/2)
     d, n_draws = 16, 2000
     q, k = pair(d, 0.8, seed=0)
-    samples = estimates(positive_features, q, k, document_003_orthogonal(n_draws, d, generator(5)))
+    samples = estimates(positive_features, q, k, orthonormal_rows(n_draws, d, generator(5)))
     assert standard_errors_from(samples, torch.exp(q @ k).item()) < -50  # far too small
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("features", ["positive", "trigonometric"])
 @pytest.mark.parametrize("m", [16, 32])
 def test_orthogonal_rows_lower_the_mean_squared_error(features, m):
@@ -267,11 +273,15 @@ def test_attention_error_decreases_with_m(causal):
     assert errors[-1] < errors[0] / 4, errors  # 1/√m would give a factor 8
 
 
-def unstabilized(q, k, v, w, kind, causal):
-    """favor_attention as the formulas read, in the dtype of the inputs."""
-    root = q.shape[-1] ** -0.25
-    features = FEATURES[kind]
-    return linear_attention(features(root * q, w), features(root * k, w), v, causal=causal)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", ["positive", "trigonometric"])
+def test_unstabilized_is_favor_attention_in_float64(kind, causal):
+    q, k, v = random_qkv(2, n=30, d=8, d_v=3, seed=5)
+    w = orthogonal_gaussian(24, 8, generator=generator(3))
+    for scale in (None, 0.2):
+        naive = unstabilized_favor_attention(q, k, v, w, kind=kind, causal=causal, scale=scale)
+        stable = favor_attention(q, k, v, w, kind=kind, causal=causal, scale=scale)
+        assert_close(naive, stable, rtol=1e-5)  # up to linear_attention's eps = 1e-6
 
 
 # (dtype, inputs × this, causal, rtol): half precision with logits of standard deviation 9, and
@@ -290,7 +300,8 @@ def test_large_inputs_in_low_precision_do_not_overflow(dtype, inflate, causal, r
     q, k, v = (x.to(dtype) for x in (inflate * q, inflate * k, v))
     w = orthogonal_gaussian(64, 16, generator=generator(0), dtype=dtype)
     reference = favor_attention(*(x.to(F64) for x in (q, k, v, w)), kind=kind, causal=causal)
-    naive_error = relative_error(unstabilized(q, k, v, w, kind, causal), reference)
+    naive = unstabilized_favor_attention(q, k, v, w, kind=kind, causal=causal)
+    naive_error = relative_error(naive, reference)
     assert naive_error > 0.1  # overflow (inf), underflow (0/eps) or lost digits
     out = favor_attention(q, k, v, w, kind=kind, causal=causal)
     assert out.dtype == dtype and bool(torch.isfinite(out).all())
@@ -351,6 +362,21 @@ W = iid_gaussian(5, 3)
         (lambda: favor_attention(Q, K, V, W.float()), TypeError, "w must have the same dtype as q"),
         (lambda: favor_attention(Q, K[:3], V, W), ValueError, "sequence length"),
         (lambda: favor_attention(Q, K, V, W.T), ValueError, "w must have as many columns as q"),
+        (
+            lambda: unstabilized_favor_attention(Q, K, V, W, kind="relu"),
+            ValueError,
+            "unstabilized_favor_attention: kind must be one of",
+        ),
+        (
+            lambda: unstabilized_favor_attention(Q, K, V, W[:, :2]),
+            ValueError,
+            "unstabilized_favor_attention: w must have as many columns as q",
+        ),
+        (
+            lambda: unstabilized_favor_attention(Q, K, V, W, scale=-1.0),
+            ValueError,
+            "scale must be a positive",
+        ),
     ],
 )
 def test_validation(call, error, message):

@@ -2,9 +2,8 @@
 
 Every closed-form Jacobian is compared with autograd (`linattn_core.calculus`) in float64 on
 seeded inputs of odd sizes, with batch dimensions where the function takes them; bad inputs
-must raise errors that name the argument. The chapter's other checkable claims live here too:
-the commutation matrix, the three forms of RoPE, the parameter count of a GPT-2-style module,
-and the gradients of QK-normalized attention logits.
+must raise errors that name the argument. Chapter 8's other checkable claims that use
+`linattn_core.linalg` (the commutation matrix, the forms of RoPE) are here for now.
 """
 
 import math
@@ -12,24 +11,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from linattn_core import jacobians, linalg, softmax_attention
 from linattn_core.calculus import check_gradient, jacobian
-from linattn_core.linalg import kron, vec
-from linattn_core.testing import assert_close
-
-# torch.func emits this from inside torch on first use; it is not ours to fix
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:`torch.jit.script` is deprecated:DeprecationWarning"
-)
+from linattn_core.linalg import kron
+from linattn_core.testing import assert_close, relative_error
 
 f64 = torch.float64
 RTOL = 1e-10
-
-
-def randn(*shape, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=f64)
 
 
 def batched_jacobian(f, x):
@@ -48,7 +37,7 @@ def test_softmax_matches_autograd(n):
 
 
 def test_softmax_batched_symmetric_rows_sum_to_zero():
-    x = randn(2, 3, 5)
+    x = torch.randn(2, 3, 5, dtype=f64, generator=torch.Generator().manual_seed(0))
     J = jacobians.softmax(x)
     assert J.shape == (2, 3, 5, 5)
     assert_close(J, batched_jacobian(lambda v: v.softmax(-1), x), rtol=RTOL)
@@ -57,7 +46,7 @@ def test_softmax_batched_symmetric_rows_sum_to_zero():
 
 
 def test_softmax_jacobian_vanishes_when_saturated():
-    x = randn(6)
+    x = torch.randn(6, dtype=f64, generator=torch.Generator().manual_seed(0))
     norms = [float(torch.linalg.matrix_norm(jacobians.softmax(t * x), ord=2)) for t in (1, 30)]
     assert norms[1] < 1e-6 * norms[0]
 
@@ -92,26 +81,29 @@ def test_layernorm_gain_and_bias_jacobians():
     check_gradient(ln, lambda x, g, b: torch.eye(7, dtype=f64), shapes, wrt=2)
 
 
-def test_layernorm_gain_jacobian_is_not_the_document_s_formula():
-    x, eps = randn(7), 0.1
+def test_layernorm_gain_jacobian_is_not_the_projection():
+    # ∂LN/∂γ is Diag(x̂), not the diagonal of the projection I − yyᵀ/s² (a slip chapter 8 corrects)
+    g = torch.Generator().manual_seed(0)
+    x, gamma, eps = torch.randn(7, dtype=f64, generator=g), torch.randn(7, dtype=f64), 0.1
     y = x - x.mean()
     s2 = y @ y + 7 * eps
-    printed = torch.diag(torch.diagonal(torch.eye(7, dtype=f64) - torch.outer(y, y) / s2))
+    projection = torch.diag(torch.diagonal(torch.eye(7, dtype=f64) - torch.outer(y, y) / s2))
     with pytest.raises(AssertionError):
         check_gradient(
-            lambda g: F.layer_norm(x, (7,), g, None, eps), lambda g: printed, inputs=(randn(7),)
+            lambda g: F.layer_norm(x, (7,), g, None, eps), lambda g: projection, inputs=(gamma,)
         )
 
 
-def test_layernorm_batched_and_document_form():
-    x, gamma = randn(3, 4, 5), randn(5, seed=1)
+def test_layernorm_batched_and_the_form_with_eps_inside_the_norm():
+    g = torch.Generator().manual_seed(0)
+    x, gamma = torch.randn(3, 4, 5, dtype=f64, generator=g), torch.randn(5, dtype=f64, generator=g)
     J = jacobians.layernorm(x, gamma)
     expected = batched_jacobian(lambda v: F.layer_norm(v, (5,), gamma, None, 1e-5), x)
     assert_close(J, expected, rtol=RTOL)
-    # document 004's LN(x) = γ ⊙ √d y/√(‖y‖² + ε) is torch's layer_norm with ε = d·eps
+    # LN(x) = γ ⊙ √d y/√(‖y‖² + ε), chapter 8's form, is torch's layer_norm with ε = d·eps
     y = x[0, 0] - x[0, 0].mean()
-    document = gamma * math.sqrt(5) * y / torch.sqrt(y @ y + 5 * 1e-5)
-    assert_close(document, F.layer_norm(x[0, 0], (5,), gamma, None, 1e-5), rtol=RTOL)
+    with_eps_inside = gamma * math.sqrt(5) * y / torch.sqrt(y @ y + 5 * 1e-5)
+    assert_close(with_eps_inside, F.layer_norm(x[0, 0], (5,), gamma, None, 1e-5), rtol=RTOL)
 
 
 @pytest.mark.parametrize(("d", "eps"), [(1, 0.5), (6, 1e-6)])
@@ -125,15 +117,12 @@ def test_rmsnorm_matches_torch_rms_norm(d, eps):
 
 
 def test_rmsnorm_batched_and_gain_on_the_left():
-    x, gamma = randn(2, 3, 5), randn(5, seed=1)
+    g = torch.Generator().manual_seed(0)
+    x, gamma = torch.randn(2, 3, 5, dtype=f64, generator=g), torch.randn(5, dtype=f64, generator=g)
     J = jacobians.rmsnorm(x, gamma, eps=0.2)
     assert_close(J, batched_jacobian(lambda v: F.rms_norm(v, (5,), gamma, 0.2), x), rtol=RTOL)
-    # document 004 puts Diag(γ) on the right: the transpose, wrong unless γ is constant
-    assert relative_gap(J[0, 0].mT, J[0, 0]) > 0.1
-
-
-def relative_gap(a, b):
-    return float((a - b).norm() / b.norm())
+    # Diag(γ) on the right gives the transpose: wrong unless γ is constant
+    assert relative_error(J[0, 0].mT, J[0, 0]) > 0.1
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.3])
@@ -147,7 +136,8 @@ def test_stablenorm_matches_its_definition(alpha):
 
 
 def test_stablenorm_with_half_is_rmsnorm():
-    x, gamma = randn(4, 6), randn(6, seed=1)
+    g = torch.Generator().manual_seed(0)
+    x, gamma = torch.randn(4, 6, dtype=f64, generator=g), torch.randn(6, dtype=f64, generator=g)
     assert_close(
         jacobians.stablenorm(x, gamma, 0.5, eps=6 * 1e-3),
         jacobians.rmsnorm(x, gamma, eps=1e-3),
@@ -156,7 +146,7 @@ def test_stablenorm_with_half_is_rmsnorm():
 
 
 def test_l2norm_matches_its_definition_batched():
-    x = randn(3, 5)
+    x = torch.randn(3, 5, dtype=f64, generator=torch.Generator().manual_seed(0))
     expected = batched_jacobian(lambda v: v / torch.sqrt(v @ v + 1e-6), x)
     assert_close(jacobians.l2norm(x), expected, rtol=RTOL)
     assert jacobians.l2norm(x).shape == (3, 5, 5)
@@ -167,40 +157,42 @@ def test_l2norm_matches_its_definition_batched():
 
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_relu_ffn_matches_autograd(with_bias):
-    W1, W2, b1 = randn(11, 5, seed=1), randn(3, 11, seed=2), randn(11, seed=3)
+    g = torch.Generator().manual_seed(1)
+    W1, W2, b1 = (torch.randn(*s, dtype=f64, generator=g) for s in [(11, 5), (3, 11), (11,)])
     bias = b1 if with_bias else None
 
-    def ffn(x):
+    def relu_network(x):
         h = x @ W1.T + (b1 if with_bias else 0)
         return torch.relu(h) @ W2.T
 
-    check_gradient(ffn, lambda x: jacobians.relu_ffn(x, W1, W2, bias), [(5,)], rtol=RTOL)
-    x = randn(2, 4, 5)
-    assert_close(jacobians.relu_ffn(x, W1, W2, bias), batched_jacobian(ffn, x), rtol=RTOL)
+    check_gradient(relu_network, lambda x: jacobians.relu_ffn(x, W1, W2, bias), [(5,)], rtol=RTOL)
+    x = torch.randn(2, 4, 5, dtype=f64, generator=g)
+    assert_close(jacobians.relu_ffn(x, W1, W2, bias), batched_jacobian(relu_network, x), rtol=RTOL)
 
 
-def test_swiglu_matches_autograd_and_the_document_slope_fails():
-    W1, W2, W3 = randn(9, 5, seed=1), randn(9, 5, seed=2), randn(4, 9, seed=3)
+def test_swiglu_matches_autograd_and_a_doubled_sigmoid_factor_fails():
+    g = torch.Generator().manual_seed(1)
+    W1, W2, W3 = (torch.randn(*s, dtype=f64, generator=g) for s in [(9, 5), (9, 5), (4, 9)])
 
-    def ffn(x):
+    def swiglu_network(x):
         return (x @ W1.T * F.silu(x @ W2.T)) @ W3.T
 
-    check_gradient(ffn, lambda x: jacobians.swiglu(x, W1, W2, W3), [(5,)], rtol=RTOL)
-    x = randn(3, 5)
-    assert_close(jacobians.swiglu(x, W1, W2, W3), batched_jacobian(ffn, x), rtol=RTOL)
+    check_gradient(swiglu_network, lambda x: jacobians.swiglu(x, W1, W2, W3), [(5,)], rtol=RTOL)
+    x = torch.randn(3, 5, dtype=f64, generator=g)
+    assert_close(jacobians.swiglu(x, W1, W2, W3), batched_jacobian(swiglu_network, x), rtol=RTOL)
 
-    def printed_slope(x):  # document 004: σ + v σ'(1 − σ) with σ' = σ(1 − σ)
+    def with_wrong_silu_slope(x):  # σ + v σ'(1 − σ) with σ' = σ(1 − σ): (1 − σ) once too often
         u, v = W1 @ x, W2 @ x
         s = torch.sigmoid(v)
         slope = s + v * s * (1 - s) * (1 - s)
         return W3 @ (torch.diag(F.silu(v)) @ W1 + torch.diag(u * slope) @ W2)
 
     with pytest.raises(AssertionError):
-        check_gradient(ffn, printed_slope, [(5,)])
+        check_gradient(swiglu_network, with_wrong_silu_slope, [(5,)])
 
 
 def test_residual_adds_the_identity():
-    W = randn(5, 5, seed=1)
+    W = torch.randn(5, 5, dtype=f64, generator=torch.Generator().manual_seed(1))
     check_gradient(
         lambda x: x + torch.tanh(W @ x),
         lambda x: torch.eye(5, dtype=f64) + torch.diag(1 - torch.tanh(W @ x) ** 2) @ W,
@@ -208,29 +200,14 @@ def test_residual_adds_the_identity():
     )
 
 
-# ---------------------------------------------------------------------------- vec and Kronecker
-
-
-@pytest.mark.parametrize(("m", "n"), [(1, 1), (2, 3), (5, 4)])
-def test_commutation_matrix(m, n):
-    K = linalg.commutation_matrix(m, n)
-    X = randn(m, n)
-    assert torch.equal(K @ vec(X), vec(X.T))
-    assert torch.equal(K.T, linalg.commutation_matrix(n, m))
-    assert torch.equal(K @ K.T, torch.eye(m * n, dtype=f64))
-
-
-def test_commutation_matrix_swaps_kronecker_factors():
-    A, B = randn(2, 3), randn(4, 5, seed=1)
-    K = linalg.commutation_matrix
-    assert_close(K(4, 2) @ kron(A, B) @ K(3, 5), kron(B, A), rtol=RTOL)
+# ---------------------------------------------------------------------------- self-attention
 
 
 def test_column_softmax_matches_autograd():
     check_gradient(
         lambda P: P.softmax(0), jacobians.column_softmax, [(5, 3)], layout="vec", rtol=RTOL
     )
-    P = randn(2, 4, 3)
+    P = torch.randn(2, 4, 3, dtype=f64, generator=torch.Generator().manual_seed(0))
     assert_close(jacobians.column_softmax(P)[1], jacobians.column_softmax(P[1]), rtol=RTOL)
 
 
@@ -241,19 +218,19 @@ ATTENTION_SHAPES = [(5, 7, 3, 4), (4, 1, 2, 4), (3, 6, 3, 2)]  # (d, n, d_q, d_v
 def test_attention_logits_and_the_other_vec_derivatives_of_p(d, n, d_q, d_v):
     shapes = [(d, n), (d_q, d), (d_q, d)]
 
-    def logits(X, Wq, Wk):
+    def scores(X, Wq, Wk):  # P = Xᵀ Wqᵀ Wk X
         return X.T @ Wq.T @ Wk @ X
 
-    check_gradient(logits, jacobians.attention_logits, shapes, layout="vec", rtol=RTOL)
+    check_gradient(scores, jacobians.attention_logits, shapes, layout="vec", rtol=RTOL)
     check_gradient(
-        lambda Wq, Wk, X: logits(X, Wq, Wk),
+        lambda Wq, Wk, X: scores(X, Wq, Wk),
         lambda Wq, Wk, X: kron(X.T @ Wk.T, X.T) @ linalg.commutation_matrix(d_q, d),
         [(d_q, d), (d_q, d), (d, n)],
         layout="vec",
         rtol=RTOL,
     )
     check_gradient(
-        lambda Wk, Wq, X: logits(X, Wq, Wk),
+        lambda Wk, Wq, X: scores(X, Wq, Wk),
         lambda Wk, Wq, X: kron(X.T, (Wq @ X).T),
         [(d_q, d), (d_q, d), (d, n)],
         layout="vec",
@@ -265,9 +242,16 @@ def test_attention_logits_and_the_other_vec_derivatives_of_p(d, n, d_q, d_v):
 
 
 def attention_columns(X, Wq, Wk, Wv):
-    """Document 004's column form: Y = Wv X A, A = softmax over the first index."""
+    """Self-attention in the column layout: Y = Wv X A, A = softmax over the first index."""
     P = X.T @ Wq.T @ Wk @ X  # (n, n)
     return Wv @ X @ (P / math.sqrt(Wq.shape[0])).softmax(dim=0)
+
+
+def column_layout_inputs(d, n, d_q, d_v, seed=0):
+    """Seeded X `(d, n)`, Wq and Wk `(d_q, d)`, Wv `(d_v, d)` in float64."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(d, n), (d_q, d), (d_q, d), (d_v, d)]
+    return tuple(torch.randn(*s, dtype=f64, generator=g) for s in shapes)
 
 
 @pytest.mark.parametrize(("d", "n", "d_q", "d_v"), ATTENTION_SHAPES)
@@ -282,7 +266,8 @@ def test_self_attention_matches_autograd(d, n, d_q, d_v):
 
 
 def test_self_attention_batched():
-    X, Wq, Wk, Wv = randn(2, 3, 5, 4), randn(3, 5, seed=1), randn(3, 5, seed=2), randn(2, 5, seed=3)
+    _, Wq, Wk, Wv = column_layout_inputs(5, 4, 3, 2, seed=1)
+    X = torch.randn(2, 3, 5, 4, dtype=f64, generator=torch.Generator().manual_seed(0))
     J = jacobians.self_attention(X, Wq, Wk, Wv)
     assert J.shape == (2, 3, 2 * 4, 5 * 4)
     for index in [(0, 0), (1, 2)]:
@@ -291,30 +276,123 @@ def test_self_attention_batched():
 
 
 def test_column_form_is_row_attention_with_queries_from_wk():
-    X, Wq, Wk, Wv = randn(5, 6), randn(3, 5, seed=1), randn(3, 5, seed=2), randn(4, 5, seed=3)
+    X, Wq, Wk, Wv = column_layout_inputs(5, 6, 3, 4)
     rows = softmax_attention((Wk @ X).T, (Wq @ X).T, (Wv @ X).T)  # (n, d_v)
     assert_close(attention_columns(X, Wq, Wk, Wv).T, rows, rtol=RTOL)
 
 
 def test_self_attention_jacobian_vanishes_along_the_softmax_path_when_saturated():
-    X, Wq, Wk, Wv = randn(4, 5), randn(4, 4, seed=1), randn(4, 4, seed=2), randn(4, 4, seed=3)
+    X, Wq, Wk, Wv = column_layout_inputs(4, 5, 4, 4)
     J = jacobians.self_attention(1e3 * X, Wq, Wk, Wv)
     A = ((1e6 * X.T @ Wq.T @ Wk @ X) / 2).softmax(dim=0)
     assert_close(J, kron(A.T, Wv), rtol=1e-12)  # only the value path survives
+
+
+def test_self_attention_bound_holds_and_is_batched():
+    g = torch.Generator().manual_seed(2)
+    _, Wq, Wk, Wv = column_layout_inputs(5, 6, 3, 4, seed=3)
+    X = torch.randn(20, 5, 6, dtype=f64, generator=g) * 3 * torch.rand(20, 1, 1, dtype=f64)
+    bounds = jacobians.self_attention_bound(X, Wq, Wk, Wv)
+    assert bounds.shape == (20,)
+    norms = torch.linalg.matrix_norm(jacobians.self_attention(X, Wq, Wk, Wv), ord=2)
+    assert (norms <= bounds).all()
+    assert bounds[3] == jacobians.self_attention_bound(X[3], Wq, Wk, Wv)
+
+
+def test_self_attention_bound_at_zero_tokens_is_the_value_term():
+    # at X = 0 the logits vanish, A = 11ᵀ/n and the Jacobian is Aᵀ ⊗ Wv, of norm ‖Wv‖₂ ≤ √n ‖Wv‖₂
+    _, Wq, Wk, Wv = column_layout_inputs(3, 4, 2, 3)
+    X = torch.zeros(3, 4, dtype=f64)
+    norm_v = torch.linalg.matrix_norm(Wv, ord=2)
+    assert_close(jacobians.self_attention_bound(X, Wq, Wk, Wv), 2 * norm_v, rtol=1e-14)
+    assert_close(
+        torch.linalg.matrix_norm(jacobians.self_attention(X, Wq, Wk, Wv), ord=2), norm_v, rtol=1e-12
+    )
+
+
+# ---------------------------------------------------------------------------- QK-norm
+
+
+def normalized_logit(xi, xj, Wq, Wk, gq, gk, eps=1e-6):
+    """P_ij = RMSN(Wq xi)·RMSN(Wk xj)/√d₁, with torch's rms_norm."""
+    d1 = Wq.shape[0]
+    q, k = F.rms_norm(Wq @ xi, (d1,), gq, eps), F.rms_norm(Wk @ xj, (d1,), gk, eps)
+    return q @ k / math.sqrt(d1)
+
+
+@pytest.mark.parametrize("d1", [1, 4])
+def test_qknorm_logit_matches_autograd_batched(d1):
+    shapes = [(3, d1), (3, d1), (d1,), (d1,)]
+
+    def summed_logits(q, k, gq, gk):  # one logit per row; the rows are independent: sum them
+        q, k = F.rms_norm(q, (d1,), gq, 0.1), F.rms_norm(k, (d1,), gk, 0.1)
+        return (q * k).sum(-1).div(math.sqrt(d1)).sum()
+
+    check_gradient(
+        summed_logits, lambda q, k, gq, gk: jacobians.qknorm_logit(q, k, gq, gk, 0.1), shapes
+    )
+
+
+@pytest.mark.parametrize("d1", [3, 6, 8])  # head width d₁ below, equal to and above d = 6
+def test_qknorm_logit_gradients_by_tokens_and_weights(d1):
+    shapes = [(6,), (6,), (d1, 6), (d1, 6), (d1,), (d1,)]
+    by_q = jacobians.qknorm_logit
+    cases = [  # (wrt, closed form): the chain rule through q = Wq xi and k = Wk xj
+        (0, lambda xi, xj, Wq, Wk, gq, gk: Wq.T @ by_q(Wq @ xi, Wk @ xj, gq, gk)),
+        (1, lambda xi, xj, Wq, Wk, gq, gk: Wk.T @ by_q(Wk @ xj, Wq @ xi, gk, gq)),
+        (2, lambda xi, xj, Wq, Wk, gq, gk: torch.outer(by_q(Wq @ xi, Wk @ xj, gq, gk), xi)),
+        (3, lambda xi, xj, Wq, Wk, gq, gk: torch.outer(by_q(Wk @ xj, Wq @ xi, gk, gq), xj)),
+    ]
+    for wrt, closed_form in cases:
+        check_gradient(normalized_logit, closed_form, shapes, wrt=wrt, rtol=RTOL)
+
+
+def test_qknorm_prefactor_is_the_head_width_not_the_model_width():
+    shapes = [(6,), (6,), (3, 6), (3, 6), (3,), (3,)]
+    with pytest.raises(AssertionError):  # √d = √6 in place of √d₁ = √3
+        check_gradient(
+            normalized_logit,
+            lambda xi, xj, Wq, Wk, gq, gk: (
+                math.sqrt(6 / 3) * Wq.T @ jacobians.qknorm_logit(Wq @ xi, Wk @ xj, gq, gk)
+            ),
+            shapes,
+        )
+
+
+def test_qknorm_diagonal_logit_gradient_has_both_terms():
+    g = torch.Generator().manual_seed(0)
+    shapes = [(5,), (4, 5), (4, 5), (4,), (4,)]
+    xi, Wq, Wk, gq, gk = (torch.randn(*s, dtype=f64, generator=g) for s in shapes)
+    by_q = jacobians.qknorm_logit
+    both = Wq.T @ by_q(Wq @ xi, Wk @ xi, gq, gk) + Wk.T @ by_q(Wk @ xi, Wq @ xi, gk, gq)
+    check_gradient(lambda x: normalized_logit(x, x, Wq, Wk, gq, gk), lambda x: both, inputs=(xi,))
+
+
+def test_qknorm_logits_are_bounded_whatever_the_weight_scale():
+    g = torch.Generator().manual_seed(0)
+    xi, xj, Wq, Wk = (torch.randn(*s, dtype=f64, generator=g) for s in [(6,), (6,), (4, 6), (4, 6)])
+    ones = torch.ones(4, dtype=f64)
+    for scale in (1.0, 1e3, 1e6):
+        assert abs(normalized_logit(xi, xj, scale * Wq, scale * Wk, ones, ones)) <= math.sqrt(4)
 
 
 # ---------------------------------------------------------------------------- bad inputs
 
 
 def test_bad_inputs_name_the_argument():
-    J, x, g, W, X = jacobians, randn(4), randn(4), randn(3, 4), randn(4, 2)
+    J, x, g = jacobians, torch.ones(4, dtype=f64), torch.ones(4, dtype=f64)
+    W, X = torch.ones(3, 4, dtype=f64), torch.ones(4, 2, dtype=f64)
     cases = [
         (TypeError, "softmax: x must be a torch.Tensor", lambda: J.softmax([1.0])),
         (TypeError, "softmax: x must be a floating", lambda: J.softmax(torch.ones(3, 2).long())),
-        (ValueError, "layernorm: gamma must have shape", lambda: J.layernorm(x, randn(3))),
-        (TypeError, "layernorm: gamma must have the dtype", lambda: J.layernorm(x, g.float())),
+        (ValueError, "layernorm: gamma must have shape", lambda: J.layernorm(x, g[:3])),
+        (
+            TypeError,
+            "layernorm: gamma must have the same dtype as x",
+            lambda: J.layernorm(x, g.float()),
+        ),
         (ValueError, "layernorm: eps", lambda: J.layernorm(x, g, eps=-1.0)),
-        (ValueError, "rmsnorm: x must have at least 1", lambda: J.rmsnorm(randn(1)[0], g)),
+        (ValueError, "rmsnorm: x must have at least 1", lambda: J.rmsnorm(x[0], g)),
         (ValueError, "stablenorm: alpha", lambda: J.stablenorm(x, g, True)),
         (ValueError, "l2norm: eps", lambda: J.l2norm(x, eps=float("nan"))),
         (ValueError, "relu_ffn: W1 must have shape", lambda: J.relu_ffn(x, W.T, W)),
@@ -326,150 +404,20 @@ def test_bad_inputs_name_the_argument():
         (ValueError, "self_attention: Wk must have", lambda: J.self_attention(X, W, W[:2], W)),
         (ValueError, "self_attention: Wv must have shape", lambda: J.self_attention(X, W, W, W.T)),
         (TypeError, "attention_logits: Wk must", lambda: J.attention_logits(X, W, W.float())),
-    ]  # fmt: skip
+        (ValueError, "self_attention_bound: Wv must", lambda: J.self_attention_bound(X, W, W, W.T)),
+        (ValueError, "qknorm_logit: k must have the shape", lambda: J.qknorm_logit(x, x[:3], g, g)),
+        (
+            ValueError,
+            "qknorm_logit: gamma_k must have shape",
+            lambda: J.qknorm_logit(x, x, g, g[:2]),
+        ),
+        (
+            TypeError,
+            "qknorm_logit: gamma_q must have the same dtype as q",
+            lambda: J.qknorm_logit(x, x, g.float(), g),
+        ),
+        (ValueError, "qknorm_logit: eps", lambda: J.qknorm_logit(x, x, g, g, eps=-1.0)),
+    ]
     for error, message, call in cases:
         with pytest.raises(error, match=message):
             call()
-
-
-# ---------------------------------------------------------------------------- RoPE
-
-
-def rope_angles(m, d, base=10000.0):
-    return m * base ** (-torch.arange(0, d, 2, dtype=f64) / d)  # (d/2,): m θ_i
-
-
-def rope_complex(x, m):
-    z = torch.view_as_complex(x.reshape(-1, 2).contiguous())  # (d/2,): x_{2i} + i x_{2i+1}
-    return torch.view_as_real(z * torch.polar(torch.ones_like(z.real), rope_angles(m, len(x))))
-
-
-def rope_blocks(x, m):
-    c, s = rope_angles(m, len(x)).cos(), rope_angles(m, len(x)).sin()
-    rotations = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (d/2, 2, 2)
-    return torch.block_diag(*rotations) @ x
-
-
-def rope_elementwise(x, m):
-    angles = rope_angles(m, len(x)).repeat_interleave(2)  # (d,)
-    rotated = torch.stack([-x[1::2], x[::2]], dim=-1).reshape(-1)  # (−x2, x1, −x4, x3, …)
-    return x * angles.cos() + rotated * angles.sin()
-
-
-@pytest.mark.parametrize("m", [0, 1, 17])
-def test_rope_three_forms_agree(m):
-    x = randn(10)
-    assert_close(rope_complex(x, m).reshape(-1), rope_blocks(x, m), rtol=RTOL)
-    assert_close(rope_elementwise(x, m), rope_blocks(x, m), rtol=RTOL)
-
-
-def test_rope_scores_depend_on_the_offset_only():
-    q, k = randn(8), randn(8, seed=1)
-    score = [rope_elementwise(q, m) @ rope_elementwise(k, m - 3) for m in (3, 10, 250)]
-    assert_close(torch.stack(score), score[0].expand(3), rtol=1e-12)
-    assert_close(score[0], q @ rope_blocks(k, -3), rtol=1e-12)  # ⟨R_m q, R_n k⟩ = qᵀ R_{n−m} k
-    assert not torch.isclose(score[0], rope_elementwise(q, 5) @ rope_elementwise(k, 1))
-
-
-# ---------------------------------------------------------------------------- parameter count
-
-
-class Block(nn.Module):
-    """GPT-2 block: pre-LN, biases everywhere, MLP width 4d."""
-
-    def __init__(self, d):
-        super().__init__()
-        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc, self.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, n_ctx, d, layers):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(n_ctx, d)
-        self.blocks = nn.ModuleList(Block(d) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-        self.head.weight = self.wte.weight  # tied
-
-
-def parameter_formula(vocab, n_ctx, d, layers):
-    return layers * (12 * d * d + 13 * d) + vocab * d + n_ctx * d + 2 * d
-
-
-@pytest.mark.parametrize(("vocab", "n_ctx", "d", "layers"), [(11, 7, 6, 3), (97, 16, 10, 1)])
-def test_parameter_count_formula(vocab, n_ctx, d, layers):
-    model = GPT(vocab, n_ctx, d, layers)
-    assert sum(p.numel() for p in model.parameters()) == parameter_formula(vocab, n_ctx, d, layers)
-
-
-def test_gpt2_small_has_124_439_808_parameters():
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        model = GPT(50257, 1024, 768, 12)
-    assert sum(p.numel() for p in model.parameters()) == 124_439_808
-    assert parameter_formula(50257, 1024, 768, 12) == 124_439_808
-    assert 12 * (12 * 768 * 768 + 13 * 768) + 50000 * 768 == 123_454_464  # document 004
-
-
-# ---------------------------------------------------------------------------- QK-norm
-
-
-def rms(x, gamma, eps):
-    return gamma * x / torch.sqrt((x * x).mean() + eps)
-
-
-def qknorm_logit(xi, xj, Wq, Wk, gq, gk, eps=1e-6):
-    return rms(Wq @ xi, gq, eps) @ rms(Wk @ xj, gk, eps) / math.sqrt(Wq.shape[0])
-
-
-def qknorm_gradient_q(q, k, gq, gk, eps=1e-6):
-    """∂P/∂q = √d₁/(s_q s_k) (I − q qᵀ/s_q²) Diag(γ_q γ_k) k, with s² = ‖·‖² + d₁ eps."""
-    d1 = q.shape[0]
-    sq, sk = torch.sqrt(q @ q + d1 * eps), torch.sqrt(k @ k + d1 * eps)
-    projection = torch.eye(d1, dtype=f64) - torch.outer(q, q) / sq**2
-    return math.sqrt(d1) / (sq * sk) * projection @ (gq * gk * k)
-
-
-def qknorm_gradient_xi(xi, xj, Wq, Wk, gq, gk):
-    return Wq.T @ qknorm_gradient_q(Wq @ xi, Wk @ xj, gq, gk)
-
-
-@pytest.mark.parametrize("d1", [3, 6, 8])  # head width d₁ below, equal to and above d = 6
-def test_qknorm_logit_gradients(d1):
-    shapes = [(6,), (6,), (d1, 6), (d1, 6), (d1,), (d1,)]
-    check_gradient(qknorm_logit, qknorm_gradient_xi, shapes, wrt=0, rtol=RTOL)
-    check_gradient(
-        qknorm_logit,
-        lambda xi, xj, Wq, Wk, gq, gk: qknorm_gradient_xi(xj, xi, Wk, Wq, gk, gq),
-        shapes,
-        wrt=1,
-        rtol=RTOL,
-    )
-    check_gradient(
-        qknorm_logit,
-        lambda xi, xj, Wq, Wk, gq, gk: torch.outer(qknorm_gradient_q(Wq @ xi, Wk @ xj, gq, gk), xi),
-        shapes,
-        wrt=2,
-        rtol=RTOL,
-    )
-    check_gradient(
-        qknorm_logit,
-        lambda xi, xj, Wq, Wk, gq, gk: torch.outer(qknorm_gradient_q(Wk @ xj, Wq @ xi, gk, gq), xj),
-        shapes,
-        wrt=3,
-        rtol=RTOL,
-    )
-
-
-def test_qknorm_diagonal_logit_gradient_has_both_terms():
-    xi, Wq, Wk, gq, gk = randn(5), randn(4, 5, seed=1), randn(4, 5, seed=2), randn(4), randn(4)
-    both = qknorm_gradient_xi(xi, xi, Wq, Wk, gq, gk) + qknorm_gradient_xi(xi, xi, Wk, Wq, gk, gq)
-    check_gradient(lambda x: qknorm_logit(x, x, Wq, Wk, gq, gk), lambda x: both, inputs=(xi,))
-
-
-def test_qknorm_logits_are_bounded_whatever_the_weight_scale():
-    xi, xj, Wq, Wk = randn(6), randn(6, seed=1), randn(4, 6, seed=2), randn(4, 6, seed=3)
-    ones = torch.ones(4, dtype=f64)
-    for scale in (1.0, 1e3, 1e6):
-        assert abs(qknorm_logit(xi, xj, scale * Wq, scale * Wk, ones, ones)) <= math.sqrt(4)

@@ -10,6 +10,12 @@ import torch
 from linattn_core import kernel_attention, linear_attention, softmax_attention
 from linattn_core.feature_maps import elu_plus_one, identity, relu, taylor, taylor_dim
 from linattn_core.testing import assert_close, random_qkv
+from linattn_core.validation import (
+    check_matrix,
+    check_same_dtype_and_device,
+    check_square,
+    softmax_scale,
+)
 
 Q, K, V = random_qkv(2, n=5, d=4, d_v=3)  # (2, 5, 4), (2, 5, 4), (2, 5, 3)
 
@@ -136,3 +142,35 @@ def test_bad_testing_arguments():
         random_qkv(n=-1, d=3)
     with pytest.raises(ValueError, match=re.escape("random_qkv: batch[1] must be a non-negative")):
         random_qkv(2, 1.5, n=3, d=3)
+
+
+# ------------------------------------------------------------- the helpers themselves
+
+
+def test_softmax_scale_defaults_to_one_over_root_d_and_checks_the_rest():
+    assert softmax_scale("f", None, 16) == 0.25
+    assert softmax_scale("f", 0.5, 16) == 0.5
+    for bad in (0.0, -1.0, math.inf, math.nan, True, "1"):
+        with pytest.raises(ValueError, match=r"^f: scale must be a positive finite number"):
+            softmax_scale("f", bad, 16)
+
+
+def test_matrix_and_square_checks():
+    check_square("f", "A", torch.eye(3))
+    with pytest.raises(
+        ValueError, match=r"^f: A must be a matrix \(m, n\); got A.shape=\(2, 2, 2\)"
+    ):
+        check_matrix("f", "A", torch.ones(2, 2, 2))
+    with pytest.raises(ValueError, match=r"^f: A must be a square matrix \(n, n\); got A.shape"):
+        check_square("f", "A", torch.ones(2, 3))
+    with pytest.raises(TypeError, match=r"^f: A must be a floating-point tensor"):
+        check_matrix("f", "A", torch.ones(2, 3, dtype=torch.int64))
+
+
+def test_same_dtype_and_device_names_both_tensors():
+    x = torch.ones(2, dtype=torch.float64)
+    check_same_dtype_and_device("f", "x", x, y=x.clone(), z=x.clone())
+    with pytest.raises(TypeError, match=r"^f: y must have the same dtype as x; got x.dtype=torch"):
+        check_same_dtype_and_device("f", "x", x, y=x.float())
+    with pytest.raises(ValueError, match=r"^f: z must be on the same device as x; got x.device"):
+        check_same_dtype_and_device("f", "x", x, z=x.to("meta"))

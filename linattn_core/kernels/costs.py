@@ -18,7 +18,7 @@ padded rows of the last chunk too). Per head:
                    2·NT·(C²·V·K/BK + 2·C·K·V + 2·C²·K) FLOPs;
 
 plus the float32 vectors of the normalizer (ρ, a, z, y, W: 4 bytes a number), and in the backward
-pass the recomputed forward states and torch's a = −g·o. `tests/test_kernels_costs.py` checks
+pass the recomputed forward states and torch's a = −g·o. `tests/kernels/test_costs.py` checks
 every count against what the kernels do in the Triton interpreter. The roofline time of a kernel
 is max(FLOPs / P, bytes / β), with P the peak rate of its operands' tensor cores (float32 runs as
 three TF32 products: a third of the TF32 rate, which is half the 16-bit one) and β the memory

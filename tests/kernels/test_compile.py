@@ -15,7 +15,7 @@ from linattn_core.kernels.launches import DTYPES
 from linattn_core.kernels.tiles import GPU_LIMITS, SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
 from linattn_core.testing import run_python
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "figures" / "kernels_compiled.json"
 KERNELS = {
     "chunk_states_fwd_kernel",

@@ -17,7 +17,7 @@ from linattn_core.kernels.backward import state_weights
 from linattn_core.kernels.forward import chunk_states_fwd
 from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_qkv, run_python
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL_FLOAT32 = KERNEL_RTOL[torch.float32]
 

@@ -24,7 +24,7 @@ from linattn_core.testing import random_qkv
 
 
 @pytest.fixture
-def counted(monkeypatch):
+def interpreter_counts(monkeypatch):
     """{kernel: [FLOPs, bytes]} of what the interpreter executes while the fixture is active."""
     counts = collections.defaultdict(lambda: [0, 0])
     current = []
@@ -61,26 +61,27 @@ def counted(monkeypatch):
     return counts
 
 
+@pytest.mark.slow  # the kernels in the Triton interpreter
 @pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 before the first import")
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize(
     ("dtype", "d", "d_v", "arch"),
     [(torch.float32, 16, 32, 90), (torch.float16, 128, 64, 80), (torch.float16, 32, 128, 90)],
 )
-def test_model_counts_what_the_kernels_do(counted, dtype, d, d_v, arch, normalize):
+def test_model_counts_what_the_kernels_do(interpreter_counts, dtype, d, d_v, arch, normalize):
     batch_heads, n, chunk_size = 2, 192, 64
     q, k, v = random_qkv(1, batch_heads, n=n, d=d, d_v=d_v, dtype=dtype, positive=True)
     options = {"chunk_size": chunk_size, "arch": arch}
     o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=1e-6, **options)
-    forward = {name: list(count) for name, count in counted.items()}
-    counted.clear()
+    forward = {name: list(count) for name, count in interpreter_counts.items()}
+    interpreter_counts.clear()
     chunk_linear_attention_bwd(
         q, k, v, o if normalize else None, rden, torch.ones_like(v), **options
     )
     model = {"chunk_size": chunk_size, "dtype": dtype, "normalize": normalize, "arch": arch}
     for measured, costs in (
         (forward, forward_costs(batch_heads, n, d, d_v, **model)),
-        (counted, backward_costs(batch_heads, n, d, d_v, **model)),
+        (interpreter_counts, backward_costs(batch_heads, n, d, d_v, **model)),
     ):
         predicted = {
             c.kernel: [c.flops, c.bytes] for c in costs if not c.kernel.endswith("(torch)")

@@ -1,0 +1,36 @@
+"""Cost models against what they model: FLOP formulas against PyTorch's FlopCounterMode."""
+
+import math
+
+import pytest
+import torch
+
+from linattn_core import linear_attention, softmax_attention
+from linattn_core.costs import crossover_length, linear_flops, matmul_flops, softmax_flops
+from linattn_core.feature_maps import taylor, taylor_dim
+from linattn_core.testing import random_qkv
+
+
+@pytest.mark.parametrize(("n", "d", "d_v"), [(100, 16, 16), (257, 8, 5), (64, 32, 64), (1, 4, 3)])
+def test_attention_flops_match_the_counted_matrix_products(n, d, d_v):
+    q, k, v = random_qkv(2, n=n, d=d, d_v=d_v, seed=n)  # a batch of 2: twice the FLOPs
+    phi_q, phi_k = taylor(q / d**0.25), taylor(k / d**0.25)
+    assert matmul_flops(softmax_attention, q, k, v) == 2 * softmax_flops(n, d, d_v)
+    assert matmul_flops(linear_attention, phi_q, phi_k, v) == 2 * linear_flops(
+        n, taylor_dim(d, 2), d_v
+    )
+
+
+def test_matmul_flops_passes_keyword_arguments():
+    a, b = torch.ones(4, 3), torch.ones(3, 5)
+    assert matmul_flops(torch.matmul, a, b) == 2 * 4 * 3 * 5
+    assert matmul_flops(torch.matmul, input=a, other=b) == 2 * 4 * 3 * 5
+
+
+def test_crossover_length():
+    for d, d_v in [(16, 16), (64, 64), (16, 64), (128, 32)]:
+        features = taylor_dim(d, 2)
+        n_star = crossover_length(d, d_v, features)
+        assert math.isclose(softmax_flops(n_star, d, d_v), linear_flops(n_star, features, d_v))
+    assert crossover_length(64, 64, taylor_dim(64, 2)) == pytest.approx(2178.515625)
+    assert crossover_length(64, 64, taylor_dim(64, 2)) == pytest.approx((65**2) * 66 / 128)
