@@ -1,23 +1,32 @@
 """Cost models: FLOP, byte and memory counts of the attention methods, and fits of measured
-times to them. Pure arithmetic on sizes (no tensors), shared by the chapters, the widgets, the
-benchmarks and their tests.
+times to them. Formulas on sizes, shared by the chapters, the widgets, the benchmarks and their
+tests; `matmul_flops` instead counts what a function actually runs, under torch's
+`FlopCounterMode`, to check the formulas against.
 """
 
+import inspect
 import math
 
 import numpy as np
+import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from linattn_core.bench.methods import SAFETY
+from linattn_core.attention import linear_attention
 
 __all__ = [
+    "CHUNK_SIZE",
+    "FORMULAS",
     "chunked_flops",
     "chunked_peak_bytes",
     "crossover_length",
     "fit_chunk_model",
+    "flop_count",
     "linear_flops",
     "matmul_flops",
+    "predicted_crossover",
+    "roofline_times",
     "softmax_flops",
+    "traffic_bytes",
 ]
 
 
@@ -61,14 +70,17 @@ def fit_chunk_model(n, d, chunk_sizes, seconds):
 
 
 def chunked_peak_bytes(n, d, chunk_size, itemsize=4):
-    """The guard's estimate for chunked causal linear attention with chunk size C: inputs, padded
-    chunks, C×C similarities per chunk, the intermediates and chunk states, with the bench margin.
+    """Estimated memory one call of causal chunked linear attention needs beyond its inputs
+    `(n, d)` (d_v = d), chunk size C: padded q, k, v chunks, C×C similarities per chunk, the
+    intra-chunk, inter-chunk, summed and output rows, and the chunk states, their prefix sums and
+    the shifted copy. Errs on the large side (the memory guard's estimate).
+
+    >>> chunked_peak_bytes(4096, 64, 64) == 4096 * (3 * 64 + 64 + 5 * 65) * 4 + 3 * 64 * 64 * 65 * 4
+    True
     """
     n_chunks = -(-n // chunk_size)
-    padded = n_chunks * chunk_size
     per_token = 3 * d + chunk_size + 5 * (d + 1)
-    working = padded * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
-    return int(SAFETY * (3 * n * d * itemsize + working))
+    return n_chunks * chunk_size * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
 
 
 def softmax_flops(n, d, d_v):
@@ -118,3 +130,87 @@ def matmul_flops(fn, *args, **kwargs):
     with FlopCounterMode(display=False) as counter:
         fn(*args, **kwargs)
     return counter.get_total_flops()
+
+
+# The chunk size of the benchmarks and the GPU formulas: linear_attention's default.
+CHUNK_SIZE = inspect.signature(linear_attention).parameters["chunk_size"].default
+
+FORMULAS = {
+    "softmax_fwd_flops": "2·B·H·N²·d (Q Kᵀ and P V, 4·B·H·N²·d halved by the causal mask)",
+    "linear_fwd_flops": f"B·H·N·(2·C·(d + d_v) + 4·d·d_v), C = {CHUNK_SIZE}: per chunk Q Kᵀ and "
+    "P V (C×C blocks), Q S and Kᵀ V (d×d_v state)",
+    "fwd+bwd_flops": "softmax: 3.5 × fwd (FlashAttention's count); linear: 4 × fwd (the "
+    "gradients of q, k and v, each a forward's work)",
+    "fwd_bytes": "itemsize·B·H·N·(2·d + 2·d_v): read q, k, v, write o",
+    "fwd+bwd_bytes": "itemsize·B·H·N·(6·d + 5·d_v): fwd, then read q, k, v, dO, write dq, dk, dv",
+}
+
+
+def flop_count(shape, mode, kind):
+    """FLOPs of one causal attention call on a GPU by FORMULAS: `shape` a dict with B, H, N, d
+    (d_v = d; N may be a tensor of lengths), mode "fwd" or "fwd+bwd", kind "softmax"
+    (FlashAttention-style) or "linear" (chunked, C = CHUNK_SIZE).
+
+    >>> flop_count({"B": 1, "H": 1, "N": 1024, "d": 64}, "fwd", "softmax") == 2 * 1024**2 * 64
+    True
+    """
+    b, h, n, d = shape["B"], shape["H"], shape["N"], shape["d"]
+    if kind == "softmax":
+        forward = 2 * b * h * n * n * d
+        return forward * (3.5 if mode == "fwd+bwd" else 1)
+    forward = b * h * n * (2 * CHUNK_SIZE * (d + d) + 4 * d * d)
+    return forward * (4 if mode == "fwd+bwd" else 1)
+
+
+def traffic_bytes(shape, mode, dtype):
+    """Minimum bytes one causal attention call moves by FORMULAS (d_v = d): the inputs read and
+    the outputs written once.
+
+    >>> traffic_bytes({"B": 1, "H": 1, "N": 1024, "d": 64}, "fwd", torch.bfloat16)
+    524288
+    """
+    b, h, n, d = shape["B"], shape["H"], shape["N"], shape["d"]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    per_token = 4 * d if mode == "fwd" else 11 * d
+    return itemsize * b * h * n * per_token
+
+
+def roofline_times(n, peak, bandwidth, *, d=64, dtype=torch.bfloat16, mode="fwd"):
+    """The roofline's lower bounds on the time of causal softmax and linear attention, (softmax,
+    linear) seconds: max(FLOPs / P, bytes / β) with `flop_count` and `traffic_bytes`, for one
+    head of `n` tokens (a tensor of lengths works elementwise); P = `peak` FLOP/s, β = `bandwidth`
+    bytes/s.
+
+    >>> softmax, linear = roofline_times(torch.tensor([64.0, 8192.0]), 989e12, 3.35e12)
+    >>> (softmax > linear).tolist()  # memory-bound alike at short N, softmax slower at long N
+    [False, True]
+    """
+    shape = {"B": 1, "H": 1, "N": n, "d": d}
+    memory = torch.as_tensor(traffic_bytes(shape, mode, dtype) / bandwidth)
+    softmax = torch.maximum(torch.as_tensor(flop_count(shape, mode, "softmax") / peak), memory)
+    linear = torch.maximum(torch.as_tensor(flop_count(shape, mode, "linear") / peak), memory)
+    return softmax, linear
+
+
+def predicted_crossover(roofline, *, d, mode="fwd", dtype="bfloat16"):
+    """The roofline's crossover length N* of causal softmax and linear attention.
+
+    With the counts of `flop_count` and `traffic_bytes`, softmax does s·N² FLOPs, linear
+    attention l·N, and both move m·N bytes; the roofline times max(s N²/P, m N/β) and
+    max(l N/P, m N/β) cross at N* = max(l, m P/β) / s. For the forward pass (s = 2d,
+    l = 4d(C + d), m = 4db) this is max(2bP/β, 2(C + d)), the scaling chapter's proposition.
+    P is the matmul rate (`roofline["matmul_tflops"]`), β the copy bandwidth
+    (`roofline["copy_gbps"]`, bytes read plus written).
+
+    >>> h100 = {"matmul_tflops": 989, "copy_gbps": 3350}  # published peaks, not measured
+    >>> round(predicted_crossover(h100, d=64))
+    1181
+    >>> round(predicted_crossover(h100, d=64, mode="fwd+bwd"))  # max(11bP/β, 16(C + d)) / 7
+    928
+    """
+    unit = {"B": 1, "H": 1, "N": 1, "d": d}
+    softmax = flop_count(unit, mode, "softmax")  # FLOPs per N²
+    linear = flop_count(unit, mode, "linear")  # FLOPs per N
+    traffic = traffic_bytes(unit, mode, getattr(torch, dtype))  # bytes per N
+    balance = 1e12 * roofline["matmul_tflops"] / (1e9 * roofline["copy_gbps"])  # P/β
+    return max(linear, traffic * balance) / softmax

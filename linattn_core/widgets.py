@@ -28,10 +28,11 @@ import torch
 from linattn_core.attention import linear_attention
 from linattn_core.bench import complexity, default_methods, slopes
 from linattn_core.bench.complexity import powers_of_two
-from linattn_core.bench.memory import make_inputs, memory_budget
-from linattn_core.bench.methods import SAFETY
+from linattn_core.bench.memory import make_inputs, memory_budget, skip_reason
+from linattn_core.bench.plot import loglog_panel, plot_complexity
 from linattn_core.costs import chunked_peak_bytes, fit_chunk_model
-from linattn_core.timing import loglog_slope, median_times
+from linattn_core.decoding import linear_decode_step, softmax_decode_step
+from linattn_core.timing import median_times
 
 SIZES = [2**p for p in range(4, 25)]  # the N choices: 16 ... 16M, far past what fits
 CHUNK_SIZES = [2**p for p in range(13)]  # 1 ... 4096
@@ -99,46 +100,6 @@ def _wide():
     return {"layout": widgets.Layout(width="420px"), "style": {"description_width": "initial"}}
 
 
-def loglog_panel(axis, series, *, xlabel, ylabel, guides=(1, 2)):
-    """One log-log panel: a line per series labelled with its fitted slope, and dashed guide
-    lines O(N^p) for p in `guides` through the first point drawn.
-
-    Args:
-        axis: a matplotlib axis.
-        series: dict label -> (xs, ys); points with a missing or non-positive y are left out.
-        xlabel, ylabel: axis labels.
-        guides: exponents of the guide lines.
-
-    >>> import matplotlib.pyplot as plt
-    >>> figure, axis = plt.subplots()
-    >>> loglog_panel(axis, {"m": ([1, 2, 4], [3, 6, 12])}, xlabel="N", ylabel="ms")
-    >>> axis.get_legend_handles_labels()[1]
-    ['m (slope 1.0)', 'O(N)', 'O(N²)']
-    >>> plt.close(figure)
-    """
-    anchor, x_max = None, None
-    for label, (xs, ys) in series.items():
-        points = sorted((x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0)
-        if not points:
-            continue
-        px, py = zip(*points, strict=True)
-        name = label if len(px) < 2 else f"{label} (slope {loglog_slope(px, py):.1f})"
-        axis.plot(px, py, marker="o", label=name)
-        anchor = anchor or points[0]
-        x_max = max(px[-1], x_max or px[-1])
-    if anchor is not None and x_max > anchor[0]:
-        for exponent, style in zip(guides, ("--", ":", "-."), strict=False):
-            name = {0: "O(1)", 1: "O(N)", 2: "O(N²)"}.get(exponent, f"O(N^{exponent})")
-            ys = [anchor[1] * (x / anchor[0]) ** exponent for x in (anchor[0], x_max)]
-            axis.plot((anchor[0], x_max), ys, style, color="grey", linewidth=1, label=name)
-    axis.set_xscale("log", base=2)
-    axis.set_yscale("log")
-    axis.set(xlabel=xlabel, ylabel=ylabel)
-    axis.grid(True, which="both", alpha=0.3)
-    if anchor is not None:
-        axis.legend(fontsize="small")
-
-
 def records_table(records, columns):
     """An HTML table of records; `columns` is a list of (header, function of a record -> str)."""
     cell_style = 'style="padding: 1px 10px; border-bottom: 1px solid #ddd"'
@@ -154,10 +115,6 @@ def records_table(records, columns):
 
 def _number(value, unit="", scale=1.0):
     return "" if value is None else f"{value * scale:.3g}{unit}"
-
-
-def _gigabytes(n_bytes):
-    return f"{n_bytes / 1e9:.3g}"
 
 
 class ComplexityExplorer(Explorer):
@@ -243,21 +200,7 @@ class ComplexityExplorer(Explorer):
         import matplotlib.pyplot as plt
 
         figure, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-        for axis, key, label in zip(
-            axes,
-            ("median_ms", "peak_bytes"),
-            ("median time per call (ms)", "peak memory per call (bytes)"),
-            strict=True,
-        ):
-            methods = dict.fromkeys(r["method"] for r in self.records)
-            series = {
-                m: (
-                    [r["n"] for r in self.records if r["method"] == m],
-                    [r[key] for r in self.records if r["method"] == m],
-                )
-                for m in methods
-            }
-            loglog_panel(axis, series, xlabel="sequence length N", ylabel=label)
+        plot_complexity(self.records, axes=axes)
         if not any(r["peak_bytes"] for r in self.records):
             axes[1].set_title("memory not measured (tick 'measure memory')", fontsize="medium")
         return figure
@@ -321,14 +264,10 @@ class ChunkSizeExplorer(Explorer):
         self.start_progress(len(chunk_sizes))
         records, inputs = [], None
         for c in chunk_sizes:
-            needed = chunked_peak_bytes(n, d, c)
+            needed = 3 * n * d * 4 + chunked_peak_bytes(n, d, c)  # inputs and working set
             record = {"chunk_size": c, "n": n, "d": d, "median_ms": None, "model_ms": None}
-            record["skipped"] = None
-            if needed > budget:
-                record["skipped"] = (
-                    f"needs ~{_gigabytes(needed)} GB > budget {_gigabytes(budget)} GB"
-                )
-            else:
+            record["skipped"] = skip_reason(needed, budget)
+            if not record["skipped"]:
                 inputs = inputs or make_inputs(n, d)
                 record["skipped"] = self._too_slow(inputs, c)
                 if record["skipped"] is None:
@@ -353,9 +292,7 @@ class ChunkSizeExplorer(Explorer):
         calibration = tuple(x[..., : min(n, CALIBRATION_N), :] for x in inputs)
         one_call = self._seconds(calibration, chunk_size, 1) * n / calibration[0].shape[-2]
         seconds = (1 + self.repeats.value) * one_call  # a warm-up call, then the repeats
-        if seconds > self.max_seconds.value:
-            return f"needs ~{seconds:.3g} s > max_seconds {self.max_seconds.value:g} s"
-        return None
+        return skip_reason(0, math.inf, seconds=seconds, max_seconds=self.max_seconds.value)
 
     @staticmethod
     def _seconds(inputs, chunk_size, repeats):
@@ -396,21 +333,6 @@ class ChunkSizeExplorer(Explorer):
         return records_table(self.records, columns)
 
 
-def softmax_decode_step(q, k_cache, v_cache):
-    """One generated token of softmax attention over a KV cache: q `(d,)`, caches `(t, d)`.
-    Its cost grows with t: t scores, a softmax over them and a weighted sum of t values."""
-    weights = torch.softmax(k_cache @ q / math.sqrt(q.shape[-1]), dim=-1)  # (t,)
-    return weights @ v_cache  # (d_v,)
-
-
-def linear_decode_step(phi_q, phi_k, v, state, normalizer):
-    """One generated token of causal linear attention, in place on the state: S += φ(k)ᵀv,
-    z += φ(k), o = φ(q) S / φ(q)·z. Constant cost: nothing depends on the position."""
-    state.addr_(phi_k, v)  # (d, d_v)
-    normalizer.add_(phi_k)  # (d,)
-    return (phi_q @ state) / (phi_q @ normalizer)  # (d_v,)
-
-
 class GenerationExplorer(Explorer):
     """Per-token latency against position: a KV-cache softmax step vs the recurrent linear step.
 
@@ -447,15 +369,10 @@ class GenerationExplorer(Explorer):
         self.start_progress(len(positions))
         records = []
         for t in positions:
-            needed = int(SAFETY * self.cache_bytes(t, d))
             record = {"position": t, "d": d, "softmax_us": None, "linear_us": None}
-            record["cache_bytes"], record["state_bytes"] = needed / SAFETY, 4 * d * (d + 1)
-            record["skipped"] = None
-            if needed > budget:
-                record["skipped"] = (
-                    f"needs ~{_gigabytes(needed)} GB > budget {_gigabytes(budget)} GB"
-                )
-            else:
+            record["cache_bytes"], record["state_bytes"] = self.cache_bytes(t, d), 4 * d * (d + 1)
+            record["skipped"] = skip_reason(record["cache_bytes"], budget)
+            if not record["skipped"]:
                 record["softmax_us"], record["linear_us"] = self._time_step(t, d)
             records.append(record)
             self.progress.value += 1

@@ -16,7 +16,7 @@ from linattn_core import kernel_attention, linear_attention, softmax_attention
 from linattn_core.attention import online_softmax_attention
 from linattn_core.costs import matmul_flops
 from linattn_core.feature_maps import elu_plus_one, relu, taylor
-from linattn_core.testing import assert_close, in_float64, random_qkv
+from linattn_core.testing import assert_close, in_float64, random_qkv, run_python
 
 F64 = torch.float64
 METHODS = ["auto", "parallel", "recurrent", "chunked"]
@@ -490,3 +490,37 @@ def test_row_and_column_layouts_are_transposes():
     assert_close(a_col.sum(dim=0), torch.ones(n, dtype=torch.float64), rtol=1e-14)
     assert_close(a_row, a_col.mT, rtol=1e-12)
     assert_close(y_row, y_col.mT, rtol=1e-12)
+
+
+# The O(N) forms stay O(N) in memory: a long sequence in a fresh process, whose peak resident
+# memory (VmHWM: the child's own address space; ru_maxrss would carry over the big pytest process
+# through fork and exec) is read from /proc. One N×N float64 matrix at N = 65536 would take 34 GB.
+LONG_N, LONG_D = 65536, 32
+PEAK_LIMIT_BYTES = 600 * 2**20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["recurrent", "chunked"])
+def test_long_causal_sequence_stays_in_linear_memory(method):
+    out = run_python(
+        f"""
+        import re
+        from linattn_core import linear_attention
+        from linattn_core.testing import random_qkv, relative_error
+
+        phi_q, phi_k, v = random_qkv(n={LONG_N}, d={LONG_D}, positive=True)
+        out = linear_attention(phi_q, phi_k, v, causal=True, method="{method}")
+        with open("/proc/self/status") as status:
+            peak_kib = int(re.search(r"VmHWM:\\s*(\\d+) kB", status.read()).group(1))
+        errors = []
+        for i in (0, 4321, {LONG_N} - 1):  # rows against the definition, in O(N d)
+            similarities = phi_k[: i + 1] @ phi_q[i]
+            expected = similarities @ v[: i + 1] / (similarities.sum() + 1e-6)
+            errors.append(relative_error(out[i], expected))
+        print(peak_kib, max(errors))
+        """,
+        timeout=120,
+    )
+    peak_kib, error = out.split()
+    assert int(peak_kib) * 1024 < PEAK_LIMIT_BYTES, f"{method}: peak RSS {int(peak_kib) >> 10} MiB"
+    assert float(error) < 1e-10, f"{method}: relative error {error}"

@@ -43,6 +43,7 @@ def cli_results(tmp_path_factory):
     return json.loads(path.read_text()), child.stdout, path
 
 
+@pytest.mark.slow
 def test_complexity_command_writes_the_contract(cli_results):
     results, stdout, _ = cli_results
     assert set(results) == {"provenance", "settings", "records"}
@@ -63,6 +64,7 @@ def test_complexity_command_writes_the_contract(cli_results):
     assert "log-log slopes of median_ms" in stdout
 
 
+@pytest.mark.slow
 def test_memory_guard_skips_what_does_not_fit(cli_results):
     records = cli_results[0]["records"]
     for method, largest_run in (("softmax_naive_causal", 1024), ("linear_chunked_causal", 16384)):
@@ -74,6 +76,7 @@ def test_memory_guard_skips_what_does_not_fit(cli_results):
                 assert record["skipped"].endswith("GB > budget 0.05 GB")
 
 
+@pytest.mark.slow
 def test_records_grow_with_n(cli_results):
     # timings on a loaded 2-core machine are too noisy for a test; the memory is deterministic
     records = cli_results[0]["records"]
@@ -88,6 +91,31 @@ def test_records_grow_with_n(cli_results):
     assert softmax[1024] - softmax[256] > 0.9 * 2 * (1024**2 - 256**2) * 4
 
 
+@pytest.mark.parametrize("exponent", [1, 2])
+def test_loglog_panel_reports_the_slope(exponent):
+    import matplotlib.pyplot as plt
+
+    from linattn_core.bench.plot import loglog_panel
+
+    figure, axis = plt.subplots()
+    ns = [256, 512, 1024]
+    loglog_panel(axis, {"m": (ns, [n**exponent for n in ns])}, xlabel="N", ylabel="t", up_to=512)
+    labels = axis.get_legend_handles_labels()[1]
+    assert labels[0] == f"m (slope {exponent:.2f})"  # fitted up to N = 512
+    assert [line.get_alpha() for line in axis.lines[:2]] == [0.2, None]  # all faint, then shown
+    plt.close(figure)
+
+
+def test_guard_adds_its_margin_and_checks_the_time():
+    from linattn_core.bench.memory import SAFETY, skip_reason
+
+    assert skip_reason(100, SAFETY * 100) is None
+    assert skip_reason(101, SAFETY * 100).startswith("needs ~")
+    assert skip_reason(1, 10**9, seconds=2.0, max_seconds=1) == "needs ~2 s > max_seconds 1 s"
+    assert skip_reason(1, 10**9, seconds=None, max_seconds=1) is None
+
+
+@pytest.mark.slow
 def test_plot_command_draws_a_png(cli_results, tmp_path):
     figure = tmp_path / "complexity.png"
     main(["plot", str(cli_results[2]), "--out", str(figure)])
@@ -110,7 +138,7 @@ def test_estimates_scale_like_the_methods():
     for name, exponent in (("softmax_naive", 2), ("linear_parallel", 2), ("linear_chunked", 1)):
         small, large = (estimate_peak_bytes(name, n, 64, causal=True) for n in (2**14, 2**15))
         assert large / small == pytest.approx(2**exponent, rel=0.1), name
-    flash = [estimate_peak_bytes("sdpa_causal", n, 64) for n in (2**14, 2**15)]
+    flash = [estimate_peak_bytes("sdpa", n, 64, causal=True) for n in (2**14, 2**15)]
     assert flash[1] / flash[0] < 2.1  # the CPU's flash kernel works in blocks: linear memory
     with pytest.raises(ValueError, match=r"got 'flash'"):
         estimate_peak_bytes("flash", 1024, 64)
@@ -130,6 +158,7 @@ def test_gpu_command_refuses_without_cuda(tmp_path):
         main(["gpu", "--json", str(tmp_path / "gpu.json")])
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_rows_on_the_cpu(tmp_path):
     from linattn_core.bench import load_gpu_results
     from linattn_core.bench.gpu import flop_count, gpu_benchmark

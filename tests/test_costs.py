@@ -34,3 +34,23 @@ def test_crossover_length():
         assert math.isclose(softmax_flops(n_star, d, d_v), linear_flops(n_star, features, d_v))
     assert crossover_length(64, 64, taylor_dim(64, 2)) == pytest.approx(2178.515625)
     assert crossover_length(64, 64, taylor_dim(64, 2)) == pytest.approx((65**2) * 66 / 128)
+
+
+def test_chunked_flops_count_the_chunked_form():
+    from linattn_core.costs import chunked_flops
+
+    q, k, v = random_qkv(n=1024, d=64, positive=True)
+    counted = matmul_flops(linear_attention, q, k, v, causal=True, method="chunked", chunk_size=64)
+    prefix_sum = 1024 // 64 * 64 * 65  # (N / C) d (d_v + 1): additions, not matrix products
+    assert counted == chunked_flops(1024, 64, 64, 64) - prefix_sum
+
+
+@pytest.mark.parametrize(("peak", "bandwidth"), [(989e12, 3.35e12), (100e9, 10e9)])
+def test_roofline_crossover_is_where_the_times_cross(peak, bandwidth):
+    from linattn_core.costs import predicted_crossover, roofline_times
+
+    n = torch.arange(1, 8193, dtype=torch.float64)
+    softmax, linear = roofline_times(n, peak, bandwidth, d=64, dtype=torch.float32)
+    roofline = {"matmul_tflops": peak / 1e12, "copy_gbps": bandwidth / 1e9}
+    n_star = predicted_crossover(roofline, d=64, dtype="float32")
+    assert torch.equal(linear < softmax, n > n_star)

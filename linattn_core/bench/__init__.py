@@ -2,18 +2,21 @@
 
 - `complexity`: median time and peak memory of each method over sequence lengths, with a memory
   and time guard, as records (the data of the book's scaling plots);
-- `estimate_peak_bytes`: the guard's estimate of one call's peak memory;
+- `METHODS`: the one registry of methods (name, callable, time exponent, memory estimate);
+  `parse_method` and `record_name` read and write the '_causal' suffix of the records' names;
+- `estimate_peak_bytes`: the estimate of one call's peak memory that the guard checks;
 - `gpu_benchmark`: our Triton kernel against torch, SDPA's backends and FLA on a CUDA device;
 - `load_gpu_results`: the committed GPU measurements of a folder, with the measured and the
   predicted crossover length of each comparison;
-- `plot_complexity`: time and memory against N on log-log axes, with fitted slopes.
+- `plot_complexity`: time and memory against N on log-log axes, with fitted slopes (the one
+  plotter, `linattn_core.bench.plot.loglog_panel`, also draws the widgets' and the chapter's).
 
 The command line (`python -m linattn_core.bench --help`) runs the same functions and writes JSON
 with a provenance header: {"provenance": {...}, "records": [...]}.
 """
 
 from linattn_core.bench.complexity import RECORD_KEYS, complexity, default_methods, slopes
-from linattn_core.bench.methods import METHODS, estimate_peak_bytes
+from linattn_core.bench.methods import METHODS, estimate_peak_bytes, parse_method, record_name
 from linattn_core.bench.provenance import provenance
 
 __all__ = [
@@ -24,8 +27,10 @@ __all__ = [
     "estimate_peak_bytes",
     "gpu_benchmark",
     "load_gpu_results",
+    "parse_method",
     "plot_complexity",
     "provenance",
+    "record_name",
     "slopes",
 ]
 

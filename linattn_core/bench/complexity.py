@@ -2,11 +2,11 @@
 
 For each N in increasing order, the methods that fit are timed together, interleaved
 (`linattn_core.timing.median_times`: a burst of background load hits all of them alike), and
-then the peak memory of each is measured alone (see `memory.py`). A point runs only if its
-estimated peak memory fits the budget and its estimated time fits `max_seconds`; otherwise its
-record says why it was skipped, and carries null figures. The time estimate extrapolates the
-method's last measured time (at first, a quick calibration call at a small N) with its
-exponent: t(N) = t(N₀) (N / N₀)^p.
+then the peak memory of each is measured alone (`memory.memory_probe`). A point runs only if the
+guard (`memory.skip_reason`) lets it: its estimated peak memory fits the budget and its estimated
+time fits `max_seconds`; otherwise its record says why it was skipped, and carries null figures.
+The time estimate extrapolates the method's last measured time (at first, a quick calibration
+call at a small N) with its exponent: t(N) = t(N₀) (N / N₀)^p.
 """
 
 import contextlib
@@ -14,10 +14,11 @@ import math
 import warnings
 
 import torch
+from tqdm.auto import tqdm
 
 from linattn_core.bench import memory
 from linattn_core.bench.methods import METHODS, estimate_peak_bytes, parse_method, record_name
-from linattn_core.timing import median_times
+from linattn_core.timing import loglog_slope, median_times
 from linattn_core.validation import check_positive_int, check_positive_number
 
 RECORD_KEYS = ("method", "n", "d", "device", "median_ms", "peak_bytes", "skipped")
@@ -96,7 +97,7 @@ def complexity(
     specs = {}  # record name -> (method, causal), in order, without repeats
     for method, suffix_causal in map(parse_method, names):
         spec = (method, suffix_causal or causal)
-        specs.setdefault(record_name(*spec), spec)
+        specs.setdefault(record_name(spec[0].name, spec[1]), spec)
     specs = list(specs.values())
     ns = [2**p for p in range(8, 13)] if ns is None else list(ns)
     if not ns:
@@ -114,19 +115,23 @@ def complexity(
     last_timing = {}  # record name -> (n, seconds per call): the base of the time estimates
     records = []
     with contextlib.ExitStack() as context:
-        bar = context.enter_context(_progress_bar(len(ns) * len(specs), progress))
-        probe = None
-        if measure_memory:
-            probe = _CudaMemory(device) if device.type == "cuda" else memory.CpuMemoryProbe()
-            context.enter_context(probe)
+        total = len(ns) * len(specs)
+        bar = context.enter_context(
+            tqdm(total=total, desc="complexity", disable=not progress, leave=False)
+        )
+        probe = context.enter_context(memory.memory_probe(device)) if measure_memory else None
         for method, method_causal in specs:
             _calibrate(method, method_causal, ns[0], d, device, dtype, budget, last_timing)
         for n in ns:
             fits, skipped = {}, {}
             for method, method_causal in specs:
-                name = record_name(method, method_causal)
-                reason = _skip_reason(
-                    name, n, d, device, dtype, budget, max_seconds, repeats, last_timing
+                name = record_name(method.name, method_causal)
+                needed = estimate_peak_bytes(
+                    method.name, n, d, causal=method_causal, dtype=dtype, device=device
+                )
+                seconds = _estimated_seconds(method, name, n, repeats, last_timing)
+                reason = memory.skip_reason(
+                    needed, budget, seconds=seconds, max_seconds=max_seconds
                 )
                 if reason is None:
                     fits[name] = (method, method_causal)
@@ -134,7 +139,7 @@ def complexity(
                     skipped[name] = reason
             times, peaks = _measure_point(fits, n, d, device, dtype, repeats, probe, last_timing)
             for method, method_causal in specs:
-                name = record_name(method, method_causal)
+                name = record_name(method.name, method_causal)
                 seconds = times.get(name)
                 records.append(
                     {
@@ -180,39 +185,6 @@ def _measure_point(fits, n, d, device, dtype, repeats, probe, last_timing):
     return times, peaks
 
 
-class _CudaMemory(contextlib.nullcontext):
-    """The CUDA counterpart of memory.CpuMemoryProbe: measures in this process."""
-
-    def __init__(self, device):
-        super().__init__()
-        self.device = device
-
-    def measure(self, method, n, d, *, causal, dtype):
-        return memory.measure_peak_bytes(
-            method, n, d, causal=causal, dtype=dtype, device=self.device
-        )
-
-
-def _progress_bar(total, progress):
-    """A tqdm bar (a notebook widget in Jupyter), or a placeholder when `progress` is off."""
-    if not progress:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="complexity", leave=False)
-
-
-class _NoBar:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exception):
-        return False
-
-    def update(self, n=1):
-        pass
-
-
 def _bind(run, q, k, v, causal):
     return lambda: run(q, k, v, causal)
 
@@ -220,8 +192,9 @@ def _bind(run, q, k, v, causal):
 def _calibrate(method, causal, first_n, d, device, dtype, budget, last_timing):
     """Time one call at a small N, the first base of the time estimates."""
     n = min(first_n, CALIBRATION_N)
-    name = record_name(method, causal)
-    if estimate_peak_bytes(name, n, d, dtype=dtype, device=device.type) > budget:
+    name = record_name(method.name, causal)
+    needed = estimate_peak_bytes(method.name, n, d, causal=causal, dtype=dtype, device=device)
+    if memory.skip_reason(needed, budget):
         return
     q, k, v = memory.make_inputs(n, d, dtype=dtype, device=device)
     with torch.inference_mode():
@@ -230,18 +203,13 @@ def _calibrate(method, causal, first_n, d, device, dtype, budget, last_timing):
     last_timing[name] = (n, seconds)
 
 
-def _skip_reason(name, n, d, device, dtype, budget, max_seconds, repeats, last_timing):
-    """Why the point (name, n) must not run, or None if it fits."""
-    needed = estimate_peak_bytes(name, n, d, dtype=dtype, device=device.type)
-    if needed > budget:
-        return f"needs ~{_gigabytes(needed)} GB > budget {_gigabytes(budget)} GB"
-    if name in last_timing:
-        base_n, base_seconds = last_timing[name]
-        exponent = parse_method(name)[0].time_exponent
-        seconds = (WARMUP + repeats) * base_seconds * (n / base_n) ** exponent
-        if seconds > max_seconds:
-            return f"needs ~{seconds:.3g} s > max_seconds {max_seconds:g} s"
-    return None
+def _estimated_seconds(method, name, n, repeats, last_timing):
+    """The time of the warm-up and measured rounds at `n`, extrapolated from the last measured
+    time with the method's exponent; None before any measurement."""
+    if name not in last_timing:
+        return None
+    base_n, base_seconds = last_timing[name]
+    return (WARMUP + repeats) * base_seconds * (n / base_n) ** method.time_exponent
 
 
 def _check_devices(specs, device):
@@ -255,10 +223,6 @@ def _check_devices(specs, device):
                     "(TRITON_INTERPRET=1 set before the first import of linattn_core.kernels); "
                     f"got device={device.type!r} without it"
                 )
-
-
-def _gigabytes(n_bytes):
-    return f"{n_bytes / 1e9:.3g}"
 
 
 def slopes(records, *, key="median_ms", ns=None):
@@ -276,8 +240,6 @@ def slopes(records, *, key="median_ms", ns=None):
     >>> round(slopes(records)["m"], 6)
     2.0
     """
-    from linattn_core.timing import loglog_slope
-
     points = {}
     for record in records:
         value = record.get(key)

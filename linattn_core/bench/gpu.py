@@ -4,10 +4,9 @@ the optional `fla` package is installed (never a runtime dependency).
 
 Each row is one (shape, method, mode) with mode "fwd" or "fwd+bwd":
     median_ms          `triton.testing.do_bench` median (warm-up excluded, L2 flushed per run);
-    tflops             flops / time, with the formulas of FORMULAS (softmax methods count the
-                       attention products; linear methods the products of the chunked form);
-    gbps               minimum traffic / time: q, k, v read once and o written once (fwd), plus
-                       q, k, v, dO read and dq, dk, dv written once (bwd);
+    tflops             flops / time, with `linattn_core.costs.flop_count` (softmax methods
+                       count the attention products; linear methods those of the chunked form);
+    gbps               minimum traffic / time (`linattn_core.costs.traffic_bytes`);
     bandwidth_fraction gbps over the device-to-device copy bandwidth measured in the same run;
     compute_fraction   tflops over a large bfloat16 matmul measured in the same run;
     roofline_fraction  the larger of the two: the roofline time bound over the measured time;
@@ -20,25 +19,21 @@ Each row is one (shape, method, mode) with mode "fwd" or "fwd+bwd":
 import inspect
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from linattn_core.attention import linear_attention, softmax_attention
-from linattn_core.bench.memory import memory_budget
+from linattn_core.attention import linear_attention
+from linattn_core.bench.memory import cuda_peak_bytes, memory_budget, skip_reason
+from linattn_core.bench.methods import METHODS
 from linattn_core.bench.provenance import provenance
+from linattn_core.costs import FORMULAS, flop_count, traffic_bytes
 
-CHUNK_SIZE = 64
-SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
-MODES = ("fwd", "fwd+bwd")
-FORMULAS = {
-    "softmax_fwd_flops": "2·B·H·N²·d (Q Kᵀ and P V, 4·B·H·N²·d halved by the causal mask)",
-    "linear_fwd_flops": "B·H·N·(2·C·(d + d_v) + 4·d·d_v), C = 64: per chunk Q Kᵀ and P V "
-    "(C×C blocks), Q S and Kᵀ V (d×d_v state)",
-    "fwd+bwd_flops": "softmax: 3.5 × fwd (FlashAttention's count); linear: 4 × fwd (the "
-    "gradients of q, k and v, each a forward's work)",
-    "fwd_bytes": "itemsize·B·H·N·(2·d + 2·d_v): read q, k, v, write o",
-    "fwd+bwd_bytes": "itemsize·B·H·N·(6·d + 5·d_v): fwd, then read q, k, v, dO, write dq, dk, dv",
+SDPA_BACKENDS = {  # name -> torch.nn.attention.SDPBackend member
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
 }
+MODES = ("fwd", "fwd+bwd")
 
 
 def default_shapes():
@@ -79,7 +74,7 @@ def gpu_benchmark(
     timer = timer or (_do_bench if device.type == "cuda" else _wall_clock(device))
     shapes = default_shapes() if shapes is None else shapes
     roofline = _roofline(device, dtype, timer)
-    methods = _methods()
+    methods = _comparison_methods()
     budget = memory_budget(device)
     rows = []
     total = len(shapes) * len(modes) * len(methods)
@@ -102,64 +97,46 @@ def gpu_benchmark(
     }
 
 
-def _methods():
-    """name -> (kind, make), kind "softmax" or "linear" (which flop formula applies).
+def _comparison_methods():
+    """name -> (kind, make), kind "softmax" or "linear" (which FLOP count of `flop_count`).
 
-    make(q, k, v) returns (forward, leaves): a zero-argument forward call and the tensors that
-    collect its gradients; or a string saying why the method cannot run here.
+    make(q, k, v) returns (forward, leaves): a zero-argument causal forward call and the tensors
+    that collect its gradients; or a string saying why the method cannot run here. The methods
+    of the benchmark registry (`METHODS`) where they are the same, and the comparison's own
+    variants: the kernels unnormalized (as FLA's), SDPA with each backend pinned, and FLA.
     """
 
-    def triton(normalize):
+    def registered(name, backend=None):
         def make(q, k, v):
-            from linattn_core.kernels import triton_linear_attention
-
-            def forward():
-                return triton_linear_attention(
-                    q, k, v, causal=True, normalize=normalize, chunk_size=CHUNK_SIZE
-                )
-
-            return forward, (q, k, v)
-
-        return make
-
-    def sdpa(backend):
-        def make(q, k, v):
+            run = METHODS[name].run
+            if backend is None:
+                return (lambda: run(q, k, v, True)), (q, k, v)
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
-            backend_enum = {
-                "flash": SDPBackend.FLASH_ATTENTION,
-                "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                "cudnn": SDPBackend.CUDNN_ATTENTION,
-                "math": SDPBackend.MATH,
-            }[backend]
-
             def forward():
-                with sdpa_kernel(backend_enum):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend])):
+                    return run(q, k, v, True)
 
             return forward, (q, k, v)
 
         return make
 
-    def chunked(q, k, v):
-        def forward():
-            return linear_attention(
-                q, k, v, causal=True, normalize=False, method="chunked", chunk_size=CHUNK_SIZE
-            )
+    def unnormalized(method):
+        def make(q, k, v):
+            options = {"causal": True, "normalize": False, "method": method}
+            return (lambda: linear_attention(q, k, v, **options)), (q, k, v)
 
-        return forward, (q, k, v)
-
-    def softmax_naive(q, k, v):
-        return (lambda: softmax_attention(q, k, v, causal=True)), (q, k, v)
+        return make
 
     methods = {
-        "linear_triton": ("linear", triton(False)),
-        "linear_triton_normalized": ("linear", triton(True)),
-        "linear_chunked": ("linear", chunked),
+        "linear_triton": ("linear", unnormalized("triton")),
+        "linear_triton_normalized": ("linear", registered("linear_triton")),
+        "linear_chunked": ("linear", unnormalized("chunked")),
         "fla_chunk_linear_attn": ("linear", _fla),
-        "softmax_naive": ("softmax", softmax_naive),
+        "softmax_naive": ("softmax", registered("softmax_naive")),
     }
-    methods.update({f"sdpa_{backend}": ("softmax", sdpa(backend)) for backend in SDPA_BACKENDS})
+    for backend in SDPA_BACKENDS:
+        methods[f"sdpa_{backend}"] = ("softmax", registered("sdpa", backend))
     return methods
 
 
@@ -186,9 +163,8 @@ def _row(name, kind, make, shape, mode, dtype, device, budget, timer):
     row = {**shape, "method": name, "kind": kind, "mode": mode}
     row["dtype"] = str(dtype).removeprefix("torch.")
     row.update(median_ms=None, peak_bytes=None, skipped=None)
-    needed = _estimate_bytes(name, shape, mode, dtype)
-    if needed > budget:
-        row["skipped"] = f"needs ~{needed / 1e9:.3g} GB > budget {budget / 1e9:.3g} GB"
+    row["skipped"] = skip_reason(_estimate_bytes(name, shape, mode, dtype), budget)
+    if row["skipped"]:
         return row
     backward = mode == "fwd+bwd"
     generator = torch.Generator(device=device).manual_seed(0)
@@ -213,7 +189,7 @@ def _row(name, kind, make, shape, mode, dtype, device, budget, timer):
         row["median_ms"] = timer(step, list(leaves) if backward else None)
         for leaf in leaves:
             leaf.grad = None  # the measured call allocates its gradients afresh
-        row["peak_bytes"] = _peak_bytes(step, device)
+        row["peak_bytes"] = cuda_peak_bytes(step, device) if device.type == "cuda" else None
     # a backend that refuses these inputs, a kernel that fails to compile, memory that runs
     # out: the row says why, and the benchmark goes on
     except Exception as error:
@@ -234,17 +210,6 @@ def _estimate_bytes(name, shape, mode, dtype):
         return linear
     quadratic = 3 * b * h * n * n * 4
     return linear + (4 if mode == "fwd+bwd" else 1) * quadratic
-
-
-def _peak_bytes(step, device):
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - before
 
 
 def _add_ratios(group):
@@ -270,32 +235,6 @@ def _add_rates(row, shape, roofline, dtype):
     compute = row["tflops"] / roofline["matmul_tflops"] if ms else None
     row["bandwidth_fraction"], row["compute_fraction"] = bandwidth, compute
     row["roofline_fraction"] = max(bandwidth, compute) if ms else None
-
-
-def flop_count(shape, mode, kind):
-    """Flops of one call by FORMULAS.
-
-    >>> flop_count({"B": 1, "H": 1, "N": 1024, "d": 64}, "fwd", "softmax") == 2 * 1024**2 * 64
-    True
-    """
-    b, h, n, d = shape["B"], shape["H"], shape["N"], shape["d"]
-    if kind == "softmax":
-        forward = 2 * b * h * n * n * d
-        return forward * (3.5 if mode == "fwd+bwd" else 1)
-    forward = b * h * n * (2 * CHUNK_SIZE * (d + d) + 4 * d * d)
-    return forward * (4 if mode == "fwd+bwd" else 1)
-
-
-def traffic_bytes(shape, mode, dtype):
-    """Minimum bytes moved by one call by FORMULAS (d_v = d).
-
-    >>> traffic_bytes({"B": 1, "H": 1, "N": 1024, "d": 64}, "fwd", torch.bfloat16)
-    524288
-    """
-    b, h, n, d = shape["B"], shape["H"], shape["N"], shape["d"]
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    per_token = 4 * d if mode == "fwd" else 11 * d
-    return itemsize * b * h * n * per_token
 
 
 def _roofline(device, dtype, timer):

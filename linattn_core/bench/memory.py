@@ -1,6 +1,12 @@
-"""Peak memory of one attention call, measured honestly, and the budget the guard compares with.
+"""The memory guard, and the peak memory of one attention call measured honestly: one probe per
+device (`memory_probe`).
 
-CUDA: `torch.cuda.max_memory_allocated` after a reset, minus what was allocated before the call.
+The guard (`skip_reason`) compares an estimate, with a margin, against a budget (by default half
+the memory available now, `memory_budget`) and a time estimate against a limit: the benchmarks
+and the widgets run a point only when it says nothing.
+
+CUDA: `torch.cuda.max_memory_allocated` after a reset, minus what was allocated before the call
+(`cuda_peak_bytes`).
 
 CPU: a fresh process per point, so that nothing cached by an earlier call hides the memory of
 this one (forked from an idle helper that has only imported torch, see `CpuMemoryProbe`). The
@@ -23,6 +29,7 @@ import sys
 import torch
 
 MMAP_THRESHOLD = 65536
+SAFETY = 1.5  # the guard's margin over an estimate (allocator rounding, temporaries)
 WARMUP_N = 256  # a first call this long pays one-time costs (thread pools, library buffers)
 
 
@@ -46,16 +53,68 @@ def memory_budget(device):
     raise RuntimeError("memory_budget: /proc/meminfo has no MemAvailable line")
 
 
-def measure_peak_bytes(method, n, d, *, causal, dtype, device):
-    """Peak bytes one call of `method` (a name of METHODS) adds to its inputs, and how measured.
+def skip_reason(needed_bytes, budget, *, seconds=None, max_seconds=None):
+    """The guard: why a point must not run, or None when it fits.
 
-    Returns:
-        `(peak_bytes, how)`, how in {"cuda.max_memory_allocated", "VmHWM", "ru_maxrss"}.
+    Args:
+        needed_bytes: estimated peak memory of the point; the guard adds a margin of 1.5.
+        budget: bytes the point may use.
+        seconds, max_seconds: estimated time of the point and its limit (None: no time guard).
+
+    >>> skip_reason(10**9, 2 * 10**9) is None
+    True
+    >>> skip_reason(2 * 10**9, 2 * 10**9)
+    'needs ~3 GB > budget 2 GB'
+    >>> skip_reason(10**6, 10**9, seconds=40.0, max_seconds=30)
+    'needs ~40 s > max_seconds 30 s'
     """
+    needed = SAFETY * needed_bytes
+    if needed > budget:
+        return f"needs ~{needed / 1e9:.3g} GB > budget {budget / 1e9:.3g} GB"
+    if seconds is not None and max_seconds is not None and seconds > max_seconds:
+        return f"needs ~{seconds:.3g} s > max_seconds {max_seconds:g} s"
+    return None
+
+
+def memory_probe(device):
+    """The probe of `device`, a context manager whose `measure(method, n, d, *, causal, dtype)`
+    returns `(peak_bytes, how)` of one call of a method of METHODS, how in
+    {"cuda.max_memory_allocated", "VmHWM", "ru_maxrss"}."""
     if torch.device(device).type == "cuda":
-        return _measure_cuda(method, n, d, causal=causal, dtype=dtype, device=device)
-    with CpuMemoryProbe() as probe:
-        return probe.measure(method, n, d, causal=causal, dtype=dtype)
+        return CudaMemoryProbe(device)
+    return CpuMemoryProbe()
+
+
+def cuda_peak_bytes(function, device):
+    """Peak CUDA memory one call of `function()` allocates beyond what was allocated before."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    function()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
+
+
+class CudaMemoryProbe:
+    """Measures CUDA points in this process, with `cuda_peak_bytes`."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        return False
+
+    def measure(self, method, n, d, *, causal, dtype):
+        """(peak_bytes, how) of one call."""
+        from linattn_core.bench.methods import METHODS
+
+        q, k, v = make_inputs(n, d, dtype=dtype, device=self.device)
+        with torch.inference_mode():
+            peak = cuda_peak_bytes(lambda: METHODS[method].run(q, k, v, causal), self.device)
+        return peak, "cuda.max_memory_allocated"
 
 
 class CpuMemoryProbe:
@@ -133,21 +192,6 @@ for line in sys.stdin:
         data = json.dumps({"error": f"the child ended with status {status} and no result"})
     print(data if isinstance(data, str) else data.decode(), flush=True)
 """
-
-
-def _measure_cuda(method, n, d, *, causal, dtype, device):
-    from linattn_core.bench.methods import METHODS
-
-    q, k, v = make_inputs(n, d, dtype=dtype, device=device)
-    with torch.inference_mode():
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        out = METHODS[method].run(q, k, v, causal)
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - before
-    del out
-    return peak, "cuda.max_memory_allocated"
 
 
 def _status_bytes(key):

@@ -1,10 +1,11 @@
 """The attention methods the benchmarks compare, with the cost model of each.
 
-A method runs one attention call on inputs `(1, 1, N, d)` (d_v = d). Its cost model gives the
-exponent p of its time, t ∝ N^p, and an estimate of the memory one call needs beyond its inputs
-(the working set: intermediates and the output), from which the memory guard decides whether a
-point fits before running it. The estimates follow the code of each method and err on the
-large side.
+A method is a name, a callable `run(q, k, v, causal)` on inputs `(1, 1, N, d)` (d_v = d), and
+its estimates: the exponent p of its time, t ∝ N^p, and the memory one call needs beyond its
+inputs (the working set: intermediates and the output), from which the memory guard
+(`linattn_core.bench.memory.skip_reason`) decides whether a point fits before running it. The
+estimates follow the code of each method and err on the large side. Causality is an argument;
+only the records' names carry it, as a '_causal' suffix (`record_name`, `parse_method`).
 """
 
 from collections.abc import Callable
@@ -14,10 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from linattn_core.attention import linear_attention, softmax_attention
+from linattn_core.costs import CHUNK_SIZE, chunked_peak_bytes
 from linattn_core.delta import delta_rule
-
-CHUNK_SIZE = 64  # the chunk size of linear_attention's default, used by the chunked forms
-SAFETY = 1.5  # the guard's margin over an estimate (allocator rounding, temporaries)
 
 
 @dataclass(frozen=True)
@@ -90,11 +89,7 @@ def _linear_recurrent_bytes(n, d, itemsize, causal, device, dtype):
 def _linear_chunked_bytes(n, d, itemsize, causal, device, dtype):
     if not causal:  # φ(K)ᵀV and two N×(d+1) products
         return 3 * n * (d + 1) * itemsize + d * (d + 1) * itemsize
-    n_chunks = n // CHUNK_SIZE + 1
-    # padded q, k, v chunks; C×C similarities per chunk; intra, inter, their sum and the output;
-    # chunk states, their prefix sums and the shifted copy
-    per_token = 3 * d + CHUNK_SIZE + 5 * (d + 1)
-    return n * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
+    return chunked_peak_bytes(n, d, CHUNK_SIZE, itemsize)
 
 
 def _linear_triton_bytes(n, d, itemsize, causal, device, dtype):
@@ -128,78 +123,36 @@ def _delta_triton_bytes(n, d, itemsize, causal, device, dtype):
 METHODS = {
     method.name: method
     for method in (
-        Method(
-            "softmax_naive",
-            _softmax_naive,
-            2,
-            _softmax_naive_bytes,
-            description="softmax_attention: the N×N matrix, materialized",
-        ),
-        Method(
-            "sdpa",
-            _sdpa,
-            2,
-            _sdpa_bytes,
-            description="torch.nn.functional.scaled_dot_product_attention (fused kernels)",
-        ),
-        Method(
-            "linear_parallel",
-            _linear("parallel"),
-            2,
-            _linear_parallel_bytes,
-            description="linear_attention, method='parallel' (N×N similarities)",
-        ),
-        Method(
-            "linear_recurrent",
-            _linear("recurrent"),
-            1,
-            _linear_recurrent_bytes,
-            description="linear_attention, method='recurrent' (one token at a time)",
-        ),
-        Method(
-            "linear_chunked",
-            _linear("chunked"),
-            1,
-            _linear_chunked_bytes,
-            description=f"linear_attention, method='chunked', chunk_size={CHUNK_SIZE}",
-        ),
-        Method(
-            "linear_triton",
-            _linear("triton"),
-            1,
-            _linear_triton_bytes,
-            needs_cuda=True,
-            description=f"linear_attention, method='triton', chunk_size={CHUNK_SIZE}",
-        ),
-        Method(
-            "delta_recurrent",
-            _delta("recurrent"),
-            1,
-            _delta_recurrent_bytes,
-            description="delta_rule, method='recurrent' (one token at a time; always causal)",
-        ),
-        Method(
-            "delta_chunked",
-            _delta("chunked"),
-            1,
-            _delta_chunked_bytes,
-            description=f"delta_rule, method='chunked', chunk_size={CHUNK_SIZE} (always causal)",
-        ),
-        Method(
-            "delta_triton",
-            _delta("triton"),
-            1,
-            _delta_triton_bytes,
-            needs_cuda=True,
-            description="delta_rule, method='triton' (always causal)",
-        ),
+        Method("softmax_naive", _softmax_naive, 2, _softmax_naive_bytes,
+               description="softmax_attention: the N×N matrix, materialized"),
+        Method("sdpa", _sdpa, 2, _sdpa_bytes,
+               description="torch.nn.functional.scaled_dot_product_attention (fused kernels)"),
+        Method("linear_parallel", _linear("parallel"), 2, _linear_parallel_bytes,
+               description="linear_attention, method='parallel' (N×N similarities)"),
+        Method("linear_recurrent", _linear("recurrent"), 1, _linear_recurrent_bytes,
+               description="linear_attention, method='recurrent' (one token at a time)"),
+        Method("linear_chunked", _linear("chunked"), 1, _linear_chunked_bytes,
+               description=f"linear_attention, method='chunked', chunk_size={CHUNK_SIZE}"),
+        Method("linear_triton", _linear("triton"), 1, _linear_triton_bytes, needs_cuda=True,
+               description=f"linear_attention, method='triton', chunk_size={CHUNK_SIZE}"),
+        Method("delta_recurrent", _delta("recurrent"), 1, _delta_recurrent_bytes,
+               description="delta_rule, method='recurrent' (one token at a time; always causal)"),
+        Method("delta_chunked", _delta("chunked"), 1, _delta_chunked_bytes,
+               description=f"delta_rule, method='chunked', chunk_size={CHUNK_SIZE}, always causal"),
+        Method("delta_triton", _delta("triton"), 1, _delta_triton_bytes, needs_cuda=True,
+               description="delta_rule, method='triton' (always causal)"),
     )
-}
+}  # fmt: skip
 CAUSAL_SUFFIX = "_causal"
 
 
 def parse_method(name):
-    """'linear_chunked_causal' -> (METHODS['linear_chunked'], True); unknown names raise."""
+    """The method and the causality a record's name says; unknown names raise.
+
+    >>> method, causal = parse_method("linear_chunked_causal")
+    >>> method.name, method.time_exponent, causal
+    ('linear_chunked', 1, True)
+    """
     base, causal = name, False
     if name.endswith(CAUSAL_SUFFIX) and name.removesuffix(CAUSAL_SUFFIX) in METHODS:
         base, causal = name.removesuffix(CAUSAL_SUFFIX), True
@@ -213,21 +166,23 @@ def parse_method(name):
 
 
 def record_name(method, causal):
-    """The name a record carries: the method's, with '_causal' for causal attention."""
-    return method.name + (CAUSAL_SUFFIX if causal else "")
+    """The name a record carries: the method's name, with '_causal' for causal attention.
+
+    >>> record_name("sdpa", causal=True), record_name("sdpa", causal=False)
+    ('sdpa_causal', 'sdpa')
+    """
+    return method + (CAUSAL_SUFFIX if causal else "")
 
 
 def estimate_peak_bytes(method, n, d, *, causal=False, dtype=torch.float32, device="cpu"):
-    """Estimated peak memory in bytes of one call of `method` at sequence length `n`.
-
-    The inputs q, k, v `(1, 1, n, d)` plus the method's working set (intermediates and the
-    output, from its cost model), times a safety margin of 1.5: what must be free before the
-    point runs. The working set alone is what the measurements report as `peak_bytes`.
+    """Estimated peak memory in bytes of one call of `method` at sequence length `n`: the inputs
+    q, k, v `(1, 1, n, d)` plus the method's working set (intermediates and the output). The
+    working set alone is what the measurements report as `peak_bytes`; the guard adds a margin.
 
     Args:
-        method: a name of `METHODS`, or a record name ending in '_causal'.
+        method: a name of `METHODS`.
         n, d: sequence length and feature dimension (d_v = d).
-        causal: causal attention (also set by the '_causal' suffix).
+        causal: causal attention.
         dtype: the inputs' dtype.
         device: "cpu" or "cuda".
 
@@ -236,9 +191,11 @@ def estimate_peak_bytes(method, n, d, *, causal=False, dtype=torch.float32, devi
     >>> estimate_peak_bytes("linear_chunked", 2**16, 64) < 2**30  # linear: well under 1 GiB
     True
     """
-    method_, suffix_causal = parse_method(method)
+    if method not in METHODS:
+        raise ValueError(
+            f"estimate_peak_bytes: method must be among {', '.join(METHODS)}; got {method!r}"
+        )
     itemsize = torch.empty((), dtype=dtype).element_size()
     device = torch.device(device).type
-    inputs = 3 * n * d * itemsize
-    working = method_.working_bytes(n, d, itemsize, causal or suffix_causal, device, dtype)
-    return int(SAFETY * (inputs + working))
+    working = METHODS[method].working_bytes(n, d, itemsize, causal, device, dtype)
+    return 3 * n * d * itemsize + working

@@ -1,8 +1,8 @@
-"""Time and memory against N on log-log axes, from `complexity` records, with fitted slopes."""
+"""The one plotter: time and memory against N on log-log axes, with fitted slopes."""
 
 import json
 
-from linattn_core.bench.complexity import slopes
+from linattn_core.timing import loglog_slope
 
 PANELS = (
     ("median_ms", "median time per call (ms)"),
@@ -20,17 +20,14 @@ def load_results(path):
     return data["records"], data.get("provenance", {}), data.get("settings", {})
 
 
-def plot_complexity(records, *, title=None, axes=None):
-    """Draw time and memory against N on log-log axes; return the figure.
-
-    Each method is one line through its measured points, labelled with its log-log slope (the
-    empirical exponent of `linattn_core.timing.loglog_slope`); dashed grey guides show O(N) and
-    O(N²) through the first measured point of the panel. Skipped points are not drawn.
+def plot_complexity(records, *, title=None, axes=None, up_to=None):
+    """Draw time and memory against N on log-log axes (`loglog_panel`); return the figure.
 
     Args:
-        records: as returned by `linattn_core.bench.complexity`.
+        records: as returned by `linattn_core.bench.complexity` (skipped points are not drawn).
         title: the figure's title.
         axes: two matplotlib axes to draw on; None creates a figure.
+        up_to: draw the points up to this N, the rest faintly (None: all).
 
     >>> records = [{"method": "m", "n": n, "median_ms": n / 1e3, "peak_bytes": 8 * n}
     ...            for n in (256, 512, 1024)]
@@ -46,38 +43,66 @@ def plot_complexity(records, *, title=None, axes=None):
         figure = axes[0].figure
     methods = list(dict.fromkeys(record["method"] for record in records))
     for axis, (key, label) in zip(axes, PANELS, strict=True):
-        fitted = slopes(records, key=key)
-        anchor = None
-        for method in methods:
-            points = sorted(
-                (r["n"], r[key]) for r in records if r["method"] == method and r.get(key)
+        series = {
+            method: (
+                [r["n"] for r in records if r["method"] == method],
+                [r.get(key) for r in records if r["method"] == method],
             )
-            if not points:
-                continue
-            ns, values = zip(*points, strict=True)
-            slope = fitted.get(method)
-            name = method if slope is None else f"{method} (slope {slope:.2f})"
-            axis.plot(ns, values, marker="o", label=name)
-            anchor = anchor or points[0]
-        if anchor is not None:
-            _guides(axis, anchor, max(r["n"] for r in records))
-        axis.set(xscale="log", yscale="log", xlabel="sequence length N", ylabel=label)
-        axis.set_xscale("log", base=2)
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize="small")
+            for method in methods
+        }
+        loglog_panel(axis, series, xlabel="sequence length N", ylabel=label, up_to=up_to)
     if title:
         figure.suptitle(title)
     return figure
 
 
-def _guides(axis, anchor, n_max):
-    """Dashed O(N) and O(N²) lines through `anchor`, out to `n_max`."""
-    n0, value0 = anchor
-    ns = [n0, n_max]
-    for exponent, style in ((1, "--"), (2, ":")):
-        label = "O(N)" if exponent == 1 else "O(N²)"
-        values = [value0 * (n / n0) ** exponent for n in ns]
-        axis.plot(ns, values, linestyle=style, color="grey", linewidth=1, label=label)
+def loglog_panel(axis, series, *, xlabel, ylabel, guides=(1, 2), up_to=None):
+    """One log-log panel: a line per series labelled with its log-log slope (the empirical
+    exponent of `linattn_core.timing.loglog_slope`), and dashed grey guides O(N^p) for p in
+    `guides` through the first point drawn. The one plotter of the command line, the widgets and
+    the scaling chapter.
+
+    Args:
+        axis: a matplotlib axis.
+        series: dict label -> (xs, ys); points with a missing or non-positive y are left out.
+        xlabel, ylabel: axis labels.
+        guides: exponents of the guide lines.
+        up_to: draw the points up to this x (and fit the slope there), those beyond faintly,
+            with a vertical line at `up_to`; None: all.
+
+    >>> import matplotlib.pyplot as plt
+    >>> figure, axis = plt.subplots()
+    >>> loglog_panel(axis, {"m": ([1, 2, 4], [3, 6, 12])}, xlabel="N", ylabel="ms")
+    >>> axis.get_legend_handles_labels()[1]
+    ['m (slope 1.00)', 'O(N)', 'O(N²)']
+    >>> plt.close(figure)
+    """
+    anchor, x_max = None, None
+    for i, (label, (xs, ys)) in enumerate(series.items()):
+        points = sorted((x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0)
+        shown = [(x, y) for x, y in points if up_to is None or x <= up_to]
+        if not shown:
+            continue
+        px, py = zip(*shown, strict=True)
+        name = label if len(px) < 2 else f"{label} (slope {loglog_slope(px, py):.2f})"
+        if len(shown) < len(points):
+            axis.plot(*zip(*points, strict=True), color=f"C{i}", alpha=0.2)
+        axis.plot(px, py, marker="o", color=f"C{i}", label=name)
+        anchor = anchor or shown[0]
+        x_max = max(px[-1], x_max or px[-1])
+    if anchor is not None and x_max > anchor[0]:
+        for exponent, style in zip(guides, ("--", ":", "-."), strict=False):
+            name = {0: "O(1)", 1: "O(N)", 2: "O(N²)"}.get(exponent, f"O(N^{exponent})")
+            ys = [anchor[1] * (x / anchor[0]) ** exponent for x in (anchor[0], x_max)]
+            axis.plot((anchor[0], x_max), ys, style, color="grey", linewidth=1, label=name)
+    if up_to is not None:
+        axis.axvline(up_to, color="grey", linewidth=0.8)
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set(xlabel=xlabel, ylabel=ylabel)
+    axis.grid(True, which="both", alpha=0.3)
+    if anchor is not None:
+        axis.legend(fontsize="small")
 
 
 def plot_file(path, out):

@@ -6,15 +6,13 @@ From a comparison's crossover sweep, `crossovers` finds the measured crossover l
 shortest N from which our kernel beats SDPA's fastest backend) and the roofline's prediction
 from the matmul rate P and copy bandwidth β measured in the same run: for the forward pass
 N* = max(2bP/β, 2(C + d)), the proposition of the scaling chapter (4P/β for 16-bit inputs when
-linear attention is memory-bound).
+linear attention is memory-bound; `linattn_core.costs.predicted_crossover`).
 """
 
 import json
 from pathlib import Path
 
-import torch
-
-from linattn_core.bench.gpu import flop_count, traffic_bytes
+from linattn_core.costs import predicted_crossover
 
 OUR_KERNEL = "linear_triton"
 SHAPE_KEYS = ("sweep", "B", "H", "N", "d")
@@ -62,30 +60,6 @@ def load_gpu_results(folder):
                 }
             )
     return results
-
-
-def predicted_crossover(roofline, *, d, mode="fwd", dtype="bfloat16"):
-    """The roofline's crossover length N* of causal softmax and linear attention.
-
-    With the benchmark's counts (`flop_count`, `traffic_bytes`), softmax does s·N² FLOPs, linear
-    attention l·N, and both move m·N bytes; the roofline times max(s N²/P, m N/β) and
-    max(l N/P, m N/β) cross at N* = max(l, m P/β) / s. For the forward pass (s = 2d,
-    l = 4d(C + d), m = 4db) this is max(2bP/β, 2(C + d)), the scaling chapter's proposition.
-    P is the measured matmul rate (`roofline["matmul_tflops"]`), β the measured copy bandwidth
-    (`roofline["copy_gbps"]`, bytes read plus written).
-
-    >>> h100 = {"matmul_tflops": 989, "copy_gbps": 3350}  # published peaks, not measured
-    >>> round(predicted_crossover(h100, d=64))
-    1181
-    >>> round(predicted_crossover(h100, d=64, mode="fwd+bwd"))  # max(11bP/β, 16(C + d)) / 7
-    928
-    """
-    unit = {"B": 1, "H": 1, "N": 1, "d": d}
-    softmax = flop_count(unit, mode, "softmax")  # FLOPs per N²
-    linear = flop_count(unit, mode, "linear")  # FLOPs per N
-    traffic = traffic_bytes(unit, mode, getattr(torch, dtype))  # bytes per N
-    balance = 1e12 * roofline["matmul_tflops"] / (1e9 * roofline["copy_gbps"])  # P/β
-    return max(linear, traffic * balance) / softmax
 
 
 def crossovers(rows, roofline, *, method=OUR_KERNEL):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from linattn_core.costs import flop_count, traffic_bytes
 from linattn_core.kernels.tiles import tiles
 
 
@@ -98,16 +99,17 @@ def linear_attention_costs(batch_heads, n, d, *, mode="fwd", dtype=torch.bfloat1
 
 def softmax_costs(batch_heads, n, d, *, mode="fwd", dtype=torch.bfloat16):
     """FlashAttention-style causal softmax attention at its minimum: the FLOPs and bytes of
-    `linattn_core.bench.gpu.FORMULAS` (2·N²·d FLOPs forward, 3.5 times that with the backward
+    `linattn_core.costs.FORMULAS` (2·N²·d FLOPs forward, 3.5 times that with the backward
     pass; q, k, v read and o written once)."""
-    from linattn_core.bench.gpu import flop_count, traffic_bytes
 
     shape = {"B": 1, "H": batch_heads, "N": n, "d": d}
     name = "FlashAttention-style softmax"
     return [KernelCost(name, flop_count(shape, mode, "softmax"), traffic_bytes(shape, mode, dtype))]
 
 
-def crossover_length(peaks, d, *, batch_heads=16, mode="fwd", dtype=torch.bfloat16, longest=2**17):
+def roofline_crossover_length(
+    peaks, d, *, batch_heads=16, mode="fwd", dtype=torch.bfloat16, longest=2**17
+):
     """The predicted crossover: the shortest N (a multiple of 64, up to `longest`) from which the
     roofline time of these kernels stays below that of FlashAttention-style softmax attention;
     None if they are not faster at `longest`."""
