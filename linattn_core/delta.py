@@ -1,6 +1,7 @@
 """The delta rule and the "diagonal + masked low-rank" triangular systems behind it.
 
-DeltaNet's state S_t ∈ R^{d_v×d_k} corrects its prediction S_{t-1}k_t of the value v_t:
+DeltaNet's state (Schlag et al. 2021; Yang et al. 2024) S_t ∈ R^{d_v×d_k} corrects its
+prediction S_{t-1}k_t of the value v_t:
 
     S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t.
 
@@ -12,12 +13,19 @@ triangular system (I + diag(β) tril(K Kᵀ, −1)) U = diag(β)(V − K S_0ᵀ)
 are cheap although T is full below the diagonal: the strictly lower part is low rank before
 the mask, so a running d×(...) summary of the rows already solved replaces T's rows.
 
+- `triangular_matrix`: T itself, O(n²) memory, for checks;
 - `triangular_inverse`: T⁻¹ in O(n²d), caching Z = K_{[:l]}ᵀ (T⁻¹)_{[:l,:l]} `(d, l)`;
 - `triangular_solve`: T⁻¹V in O(n d (c + d_v)), caching H = K_{[:l]}ᵀ (T⁻¹V)_{[:l]} `(d, d_v)`
   and building only T's c×c diagonal blocks;
 - `delta_rule`: the recurrence token by token ("recurrent"), or chunk by chunk with the chunk's
   triangular system solved for all chunks at once (the UT / WY form, "chunked"), or that form
-  in Triton kernels, forward and backward ("triton", `linattn_core.kernels.delta_rule`).
+  in Triton kernels, forward and backward ("triton", `linattn_core.kernels.delta_rule`);
+- `delta_rule_loop`: the recurrence for one sequence as the formula reads, the reference;
+- `deltanet_inputs`: well-conditioned DeltaNet inputs (unit keys, β in [0, 1)) for checks.
+
+The functions check shapes, dtypes, devices and options, never tensor values
+(`linattn_core.validation`): a zero on the diagonal makes T singular, and the result then holds
+inf or nan.
 """
 
 import torch
@@ -26,11 +34,45 @@ import torch.nn.functional as F
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
+    check_matrix,
+    check_non_negative_int,
     check_positive_int,
+    check_same_dtype_and_device,
     check_tensor,
 )
 
+__all__ = [
+    "METHODS",
+    "delta_rule",
+    "delta_rule_loop",
+    "deltanet_inputs",
+    "triangular_inverse",
+    "triangular_matrix",
+    "triangular_solve",
+]
+
 METHODS = ("recurrent", "chunked", "triton")
+
+
+def triangular_matrix(q, k, diag):
+    """T = diag(diag) + tril(q kᵀ, −1), formed explicitly: O(n²) memory, for checks.
+
+    Args:
+        q, k: the factors of the strictly lower part `(..., n, d)`.
+        diag: the diagonal λ `(..., n)`.
+
+    Returns:
+        T `(..., n, n)`: λ_i on the diagonal, q_i·k_j below it (i > j), 0 above.
+
+    >>> q = torch.ones(3, 1, dtype=torch.float64)
+    >>> k = torch.tensor([[0.0], [1.0], [2.0]], dtype=torch.float64)
+    >>> triangular_matrix(q, k, torch.full((3,), 5.0, dtype=torch.float64))
+    tensor([[5., 0., 0.],
+            [0., 5., 0.],
+            [0., 1., 5.]], dtype=torch.float64)
+    """
+    _check_system("triangular_matrix", q, k, diag)
+    return torch.diag_embed(diag) + (q @ k.mT).tril(-1)  # (..., n, n)
 
 
 def triangular_inverse(q, k, diag, *, chunk_size=64):
@@ -46,7 +88,9 @@ def triangular_inverse(q, k, diag, *, chunk_size=64):
 
     Args:
         q, k: the factors of the strictly lower part `(..., n, d)`.
-        diag: the diagonal λ `(..., n)`; every entry must be nonzero (T is singular otherwise).
+        diag: the diagonal λ `(..., n)`. Its values are not checked: T is invertible exactly
+            when every λ_i is nonzero, and a zero λ_i gives inf or nan in row i of the result
+            and in every row computed from it.
         chunk_size: rows per step (positive int); any value gives the same T⁻¹.
 
     Returns:
@@ -98,7 +142,9 @@ def triangular_solve(q, k, diag, v, *, chunk_size=64):
 
     Args:
         q, k: the factors of the strictly lower part `(..., n, d)`.
-        diag: the diagonal λ `(..., n)`; every entry must be nonzero (T is singular otherwise).
+        diag: the diagonal λ `(..., n)`. Its values are not checked: T is invertible exactly
+            when every λ_i is nonzero, and a zero λ_i gives inf or nan in row i of X and in the
+            rows after it (they depend on it).
         v: right-hand sides `(..., n, d_v)`.
         chunk_size: rows per step (positive int); any value gives the same X.
 
@@ -114,14 +160,7 @@ def triangular_solve(q, k, diag, v, *, chunk_size=64):
     True
     """
     fn = "triangular_solve"
-    _check_system(fn, q, k, diag)
-    check_tensor(fn, "v", v, min_rank=2)
-    if v.shape[:-1] != q.shape[:-1]:
-        raise ValueError(
-            f"{fn}: v must have shape (..., n, d_v) with (..., n) = q.shape[:-1]; "
-            f"got q.shape={tuple(q.shape)}, v.shape={tuple(v.shape)}"
-        )
-    _check_dtype_and_device(fn, q, v=v)
+    _check_system(fn, q, k, diag, v)
     check_positive_int(fn, "chunk_size", chunk_size)
     return _triangular_solve(q, k, diag, v, chunk_size=chunk_size)
 
@@ -169,37 +208,94 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     True
     """
     fn = "delta_rule"
-    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
-    check_tensor(fn, "beta", beta, min_rank=1)
-    if beta.shape != q.shape[:-1]:
-        raise ValueError(
-            f"{fn}: beta must have shape q.shape[:-1] = (..., N); "
-            f"got q.shape={tuple(q.shape)}, beta.shape={tuple(beta.shape)}"
-        )
-    _check_dtype_and_device(fn, q, beta=beta)
+    _check_delta_inputs(fn, q, k, v, beta, initial_state)
     check_choice(fn, "method", method, METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
-    state_shape = (*q.shape[:-2], v.shape[-1], q.shape[-1])
-    if initial_state is not None:
-        check_tensor(fn, "initial_state", initial_state, min_rank=2)
-        if initial_state.shape != state_shape:
-            raise ValueError(
-                f"{fn}: initial_state must have shape (..., d_v, d_k) = {state_shape}; "
-                f"got initial_state.shape={tuple(initial_state.shape)}"
-            )
-        _check_dtype_and_device(fn, q, initial_state=initial_state)
     if method == "triton":
         from linattn_core.kernels.delta_rule import triton_delta_rule  # triton is optional
 
         options = {"chunk_size": chunk_size, "initial_state": initial_state}
         return triton_delta_rule(q, k, v, beta, **options)
     if initial_state is None:
-        initial_state = q.new_zeros(state_shape)
+        initial_state = q.new_zeros(*q.shape[:-2], v.shape[-1], q.shape[-1])  # (..., d_v, d_k)
     if q.shape[-2] == 0:
         return v.new_zeros(v.shape), initial_state
     if method == "recurrent":
         return _delta_recurrent(q, k, v, beta, initial_state)
     return _delta_chunked(q, k, v, beta, initial_state, chunk_size=chunk_size)
+
+
+def delta_rule_loop(q, k, v, beta, initial_state=None):
+    """The delta rule for one sequence, token by token, as the recurrence reads: the reference.
+
+        S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t.
+
+    The same function as `delta_rule(..., method="recurrent")` without batch dimensions, written
+    so that every line is one line of the math; `delta_rule` is checked against it.
+
+    Args:
+        q, k: queries and keys `(N, d_k)`.
+        v: values `(N, d_v)`.
+        beta: learning rates β_t `(N,)`.
+        initial_state: S_0 `(d_v, d_k)`, or None for zeros.
+
+    Returns:
+        (o, S): outputs `(N, d_v)` and the final state S_N `(d_v, d_k)`.
+
+    >>> q, k, v, beta, state = deltanet_inputs(n=20, d_k=4, d_v=3)
+    >>> o, final_state = delta_rule_loop(q, k, v, beta, state)
+    >>> o_batched, state_batched = delta_rule(q, k, v, beta, initial_state=state)
+    >>> torch.allclose(o, o_batched) and torch.allclose(final_state, state_batched)
+    True
+    """
+    fn = "delta_rule_loop"
+    check_matrix(fn, "q", q)
+    _check_delta_inputs(fn, q, k, v, beta, initial_state)
+    state = q.new_zeros(v.shape[-1], q.shape[-1]) if initial_state is None else initial_state
+    outputs = []
+    for q_t, k_t, v_t, beta_t in zip(q, k, v, beta, strict=True):
+        state = state + beta_t * torch.outer(v_t - state @ k_t, k_t)  # (d_v, d_k)
+        outputs.append(state @ q_t)  # (d_v,)
+    return torch.stack(outputs) if outputs else v.new_zeros(v.shape), state
+
+
+def deltanet_inputs(*batch, n, d_k, d_v, seed=0, dtype=torch.float64):
+    """Seeded inputs of the kind DeltaNet feeds the delta rule, for checks and experiments.
+
+    q, k, v standard normal with the keys scaled to unit length, rates β uniform on [0, 1) and
+    an initial state S_0 standard normal: the regime where the delta rule's triangular systems
+    are well conditioned (every I − β_t k_t k_tᵀ is a contraction). Drawn in float64 from a
+    private generator in the order q, k, v, β, S_0, then cast to `dtype`.
+
+    Args:
+        *batch: leading batch dimensions (non-negative ints).
+        n: sequence length N; d_k, d_v: key and value dimensions (non-negative ints).
+        seed: seed of the generator.
+        dtype: dtype of the returned tensors.
+
+    Returns:
+        (q, k, v, beta, initial_state): `(*batch, N, d_k)`, `(*batch, N, d_k)`, `(*batch, N, d_v)`,
+        `(*batch, N)`, `(*batch, d_v, d_k)`.
+
+    >>> q, k, v, beta, state = deltanet_inputs(2, n=5, d_k=4, d_v=3)
+    >>> k.shape, beta.shape, state.shape
+    (torch.Size([2, 5, 4]), torch.Size([2, 5]), torch.Size([2, 3, 4]))
+    >>> torch.allclose(k.norm(dim=-1), torch.ones(2, 5, dtype=torch.float64))
+    True
+    >>> bool(((beta > 0) & (beta < 1)).all())
+    True
+    """
+    fn = "deltanet_inputs"
+    for i, size in enumerate(batch):
+        check_non_negative_int(fn, f"batch[{i}]", size)
+    for name, size in (("n", n), ("d_k", d_k), ("d_v", d_v)):
+        check_non_negative_int(fn, name, size)
+    draw = {"generator": torch.Generator().manual_seed(seed), "dtype": torch.float64}
+    q, k, v = (torch.randn(*batch, n, d, **draw) for d in (d_k, d_k, d_v))
+    k = k / k.norm(dim=-1, keepdim=True)  # unit keys
+    beta = torch.rand(*batch, n, **draw)  # (*batch, N), in [0, 1)
+    initial_state = torch.randn(*batch, d_v, d_k, **draw)
+    return tuple(x.to(dtype) for x in (q, k, v, beta, initial_state))
 
 
 def _triangular_solve(q, k, diag, v, *, chunk_size):
@@ -277,39 +373,37 @@ def _split_chunks(x, chunk_size, fill=0.0):
     return padded.unflatten(-2, (n_chunks, chunk_size))
 
 
-def _check_system(fn, q, k, diag):
-    """q, k `(..., n, d)` of equal shape and diag `(..., n)` without zeros."""
-    check_tensor(fn, "q", q, min_rank=2)
-    check_tensor(fn, "k", k, min_rank=2)
-    check_tensor(fn, "diag", diag, min_rank=1)
-    if k.shape != q.shape:
+def _check_delta_inputs(fn, q, k, v, beta, initial_state):
+    """q, k `(..., N, d_k)`, v `(..., N, d_v)`, beta `(..., N)` and initial_state (None or
+    `(..., d_v, d_k)`), all of one dtype and device."""
+    check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
+    _check_one_per_row(fn, "beta", beta, q, rows="N")
+    if initial_state is None:
+        return
+    state_shape = (*q.shape[:-2], v.shape[-1], q.shape[-1])
+    check_tensor(fn, "initial_state", initial_state, min_rank=2)
+    if initial_state.shape != state_shape:
         raise ValueError(
-            f"{fn}: k must have the same shape as q; "
-            f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+            f"{fn}: initial_state must have shape (..., d_v, d_k) = {state_shape}; "
+            f"got initial_state.shape={tuple(initial_state.shape)}"
         )
-    if diag.shape != q.shape[:-1]:
-        raise ValueError(
-            f"{fn}: diag must have shape q.shape[:-1] = (..., n); "
-            f"got q.shape={tuple(q.shape)}, diag.shape={tuple(diag.shape)}"
-        )
-    _check_dtype_and_device(fn, q, k=k, diag=diag)
-    zeros = (diag == 0).nonzero()
-    if len(zeros):
-        raise ValueError(
-            f"{fn}: diag must have no zero entries (T is singular otherwise); "
-            f"got {len(zeros)} zero(s), the first at index {tuple(zeros[0].tolist())}"
-        )
+    check_same_dtype_and_device(fn, "q", q, initial_state=initial_state)
 
 
-def _check_dtype_and_device(fn, q, **tensors):
-    for name, x in tensors.items():
-        if x.dtype != q.dtype:
-            raise TypeError(
-                f"{fn}: {name} must have the same dtype as q; "
-                f"got q.dtype={q.dtype}, {name}.dtype={x.dtype}"
-            )
-        if x.device != q.device:
-            raise ValueError(
-                f"{fn}: {name} must be on the same device as q; "
-                f"got q.device={q.device}, {name}.device={x.device}"
-            )
+def _check_system(fn, q, k, diag, v=None):
+    """q, k `(..., n, d)` of equal shape, diag `(..., n)` and v `(..., n, d_v)` (if given), all of
+    one dtype and device; d ≥ 1."""
+    names, v = (("q", "k", "k"), k) if v is None else (("q", "k", "v"), v)
+    check_attention_inputs(fn, names, q, k, v)  # the checks of attention inputs, n for N
+    _check_one_per_row(fn, "diag", diag, q, rows="n")
+
+
+def _check_one_per_row(fn, name, x, q, *, rows):
+    """x `(..., rows)`: one number per row of q, of q's dtype and device."""
+    check_tensor(fn, name, x, min_rank=1)
+    if x.shape != q.shape[:-1]:
+        raise ValueError(
+            f"{fn}: {name} must have shape q.shape[:-1] = (..., {rows}); "
+            f"got q.shape={tuple(q.shape)}, {name}.shape={tuple(x.shape)}"
+        )
+    check_same_dtype_and_device(fn, "q", q, **{name: x})

@@ -1,4 +1,4 @@
-"""Efficient Attention (Shen et al., 2021): normalize queries and keys first, multiply later.
+"""Efficient Attention (Shen et al. 2021): normalize queries and keys first, multiply later.
 
 Dot-product attention ρ(QKᵀ)V normalizes the N×N score matrix. Efficient attention normalizes
 the queries and the keys separately, which lets the product be taken in the cheap order:
@@ -22,6 +22,8 @@ The column softmax runs over all N positions, so the softmax form has no causal 
 import math
 
 from linattn_core.validation import check_attention_inputs, check_choice
+
+__all__ = ["NORMALIZATIONS", "efficient_attention", "implied_attention"]
 
 NORMALIZATIONS = ("softmax", "scaling")
 

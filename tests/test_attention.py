@@ -17,21 +17,11 @@ from linattn_core.attention import online_softmax_attention
 from linattn_core.costs import matmul_flops
 from linattn_core.feature_maps import elu_plus_one, relu, taylor
 from linattn_core.testing import assert_close, in_float64, random_qkv, run_python
+from tests.shapes import CHUNKED_SHAPES, RANDOM_SHAPES
 
 F64 = torch.float64
 METHODS = ["auto", "parallel", "recurrent", "chunked"]
 RTOL = 1e-10
-
-# (batch, N, d, d_v, chunk_size): batch dims, N = 1, N not a multiple of the chunk, chunk > N,
-# chunk = 1, d_v ≠ d
-SHAPES = [
-    ((), 37, 4, 3, 8),
-    ((3,), 16, 5, 5, 4),
-    ((2, 3), 10, 3, 6, 4),
-    ((), 1, 3, 2, 64),
-    ((2,), 5, 4, 3, 64),
-    ((2,), 7, 3, 2, 1),
-]
 
 
 def numerator_reference(phi_q, phi_k, v, *, causal):
@@ -51,7 +41,7 @@ def reference(phi_q, phi_k, v, *, causal, normalize):
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), SHAPES)
+@pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), CHUNKED_SHAPES)
 def test_linear_attention_matches_kernel_attention(
     batch, n, d, d_v, chunk_size, method, causal, normalize
 ):
@@ -64,16 +54,7 @@ def test_linear_attention_matches_kernel_attention(
 
 
 @pytest.mark.slow
-@given(
-    batch=st.lists(st.integers(1, 3), max_size=2),
-    n=st.integers(1, 40),
-    d=st.integers(1, 6),
-    d_v=st.integers(1, 5),
-    chunk_size=st.integers(1, 48),
-    causal=st.booleans(),
-    normalize=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
+@given(**RANDOM_SHAPES, causal=st.booleans(), normalize=st.booleans())
 def test_methods_agree_on_random_shapes(batch, n, d, d_v, chunk_size, causal, normalize, seed):
     # unnormalized attention is linear in the features, so they may have either sign there
     phi_q, phi_k, v = random_qkv(*batch, n=n, d=d, d_v=d_v, seed=seed, positive=normalize)

@@ -11,7 +11,6 @@ pytest.importorskip("triton")
 
 from triton.runtime import interpreter
 
-from linattn_core.kernels import INTERPRETED
 from linattn_core.kernels.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.costs import (
     PUBLISHED_PEAKS,
@@ -61,8 +60,7 @@ def interpreter_counts(monkeypatch):
     return counts
 
 
-@pytest.mark.slow  # the kernels in the Triton interpreter
-@pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 before the first import")
+@pytest.mark.interpreter
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize(
     ("dtype", "d", "d_v", "arch"),

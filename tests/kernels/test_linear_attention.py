@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("triton")
 
 from linattn_core import kernel_attention, linear_attention
-from linattn_core.kernels import INTERPRETED, triton_linear_attention
+from linattn_core.kernels import triton_linear_attention
 from linattn_core.kernels.backward import state_weights
 from linattn_core.kernels.forward import chunk_states_fwd
 from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_qkv, run_python
@@ -20,15 +20,6 @@ from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_q
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL_FLOAT32 = KERNEL_RTOL[torch.float32]
-
-interpreted = pytest.mark.skipif(
-    not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1 before the first import"
-)
-
-
-def cpu_kernels(test):
-    """A test that runs the kernels in the interpreter: seconds each, so `slow`."""
-    return pytest.mark.slow(interpreted(test))
 
 
 gpu = pytest.mark.gpu
@@ -101,7 +92,7 @@ CPU_SHAPES = [
 ]
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize(("batch", "n", "d", "d_v"), CPU_SHAPES)
@@ -111,7 +102,7 @@ def test_outputs_and_gradients_match_reference(batch, n, d, d_v, normalize):
     check_against_reference(*qkv, normalize=normalize, rtol=RTOL_FLOAT32, eps=one_token_eps(n))
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("normalize", [True, False])
@@ -121,7 +112,7 @@ def test_16_bit_operands(arch, n, d, d_v, normalize, dtype):
     check_against_reference(*qkv, normalize=normalize, rtol=KERNEL_RTOL[dtype])
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 def test_float16_states_and_denominators_stay_in_range():
     """Features and values of 30 on 512 tokens: the sums Σ k_jᵀ v_j pass float16's largest
     number (65504) after 2 of the 8 chunks, and ρ_i falls to 1e-7, below its smallest normal
@@ -136,7 +127,7 @@ def test_float16_states_and_denominators_stay_in_range():
     check_against_reference(*qkv, normalize=True, rtol=KERNEL_RTOL[torch.float16], dq_rtol=1.5e-2)
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 def test_forward_states_are_means_at_the_chunk_boundaries():
     _, phi_k, v = random_qkv(2, 1, n=100, d=16, d_v=32, dtype=torch.float32, positive=True)
     h, z = chunk_states_fwd(phi_k, v, normalize=True, chunk_size=64, arch=90)  # 2 chunks
@@ -154,7 +145,7 @@ def test_backward_state_weights_sum_from_each_chunk_boundary_on():
     assert state_weights(None, 5, chunk_size=2).tolist() == [5.0, 3.0, 1.0, 0.0]  # counts
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("normalize", [True, False])
 def test_method_triton_of_linear_attention(causal, normalize):
@@ -164,7 +155,7 @@ def test_method_triton_of_linear_attention(causal, normalize):
     assert_close(out, expected, rtol=RTOL_FLOAT32)
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 def test_auto_stays_chunked_on_the_cpu(monkeypatch):
     # the interpreter is a test harness, not a fast path: "auto" must not pick it
     def refuse(*args, **kwargs):
@@ -175,7 +166,7 @@ def test_auto_stays_chunked_on_the_cpu(monkeypatch):
     linear_attention(phi_q, phi_k, v, causal=True, method="auto")
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
 def test_strided_inputs_and_broadcast_output_gradient():
     # (B, N, H, d) viewed as (B, H, N, d), and the stride-0 gradient of out.sum()
@@ -189,7 +180,7 @@ def test_strided_inputs_and_broadcast_output_gradient():
         assert_close(actual.grad, expected.grad, rtol=RTOL_FLOAT32)
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("batch", "n"), [((2, 3), 0), ((0, 3), 5), ((0,), 0)])
 def test_empty_inputs(batch, n):
     phi_q, phi_k, v = random_qkv(*batch, n=n, d=16, d_v=32, dtype=torch.float32)

@@ -1,37 +1,26 @@
 """The delta rule's Triton kernels against the float64 recurrence: outputs, final state and every
 gradient (q, k, v, β, initial state), ragged N, d_v ≠ d_k, poisoned buffers, 16-bit inputs, both
 architectures' tiles, the triangular inverse itself, bad inputs. On the CPU they run in the
-Triton interpreter (see test_kernels.py for the bfloat16 fix of its tl.dot)."""
+Triton interpreter (see conftest.py, `interpreter_bfloat16_dot`, for the fix of its bfloat16
+tl.dot)."""
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
-from linattn_core.delta import delta_rule
-from linattn_core.kernels import INTERPRETED
+from linattn_core.delta import delta_rule, deltanet_inputs
 from linattn_core.kernels.delta_forward import delta_prepare
 from linattn_core.testing import KERNEL_RTOL, assert_close
 
-cpu_kernels = pytest.mark.skipif(
-    not INTERPRETED, reason="CPU kernels need TRITON_INTERPRET=1 before the first import"
-)
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def deltanet_inputs(*batch, n, d_k, d_v, dtype, seed=0, key_norm=1.0):
-    """q, k (norm `key_norm`), v, β ∈ (0, 1), an initial state: rounded to `dtype`, float64."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def draw(*shape):
-        return torch.randn(*batch, *shape, generator=generator, dtype=torch.float64)
-
-    q, k, v, state = draw(n, d_k), draw(n, d_k), draw(n, d_v), draw(d_v, d_k)
-    k = key_norm * k / k.norm(dim=-1, keepdim=True)
-    beta = torch.rand(*batch, n, generator=generator, dtype=torch.float64)
-    return [x.to(dtype).double() for x in (q, k, v, beta, state)]
+def rounded_inputs(*batch, dtype, **sizes):
+    """`deltanet_inputs` rounded to `dtype` and held in float64: what the kernels see, exactly."""
+    return [x.double() for x in deltanet_inputs(*batch, dtype=dtype, **sizes)]
 
 
 def check_against_recurrence(inputs, *, dtype, rtol, with_state=True, device=DEVICE):
@@ -65,28 +54,28 @@ def check_against_recurrence(inputs, *, dtype, rtol, with_state=True, device=DEV
 CPU_SHAPES = [((1, 2), 100, 16, 32), ((2, 1), 65, 32, 16), ((), 37, 128, 128), ((3,), 128, 64, 64)]
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
 @pytest.mark.parametrize("with_state", [True, False])
 @pytest.mark.parametrize(("batch", "n", "d_k", "d_v"), CPU_SHAPES)
 def test_float32_matches_the_recurrence(batch, n, d_k, d_v, with_state):
-    inputs = deltanet_inputs(*batch, n=n, d_k=d_k, d_v=d_v, dtype=torch.float32)
+    inputs = rounded_inputs(*batch, n=n, d_k=d_k, d_v=d_v, dtype=torch.float32)
     check_against_recurrence(inputs, dtype=torch.float32, rtol=1e-5, with_state=with_state)
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("n", "d_k", "d_v"), [(200, 64, 32), (77, 16, 128)])
 def test_16_bit_operands(arch, n, d_k, d_v, dtype):
-    inputs = deltanet_inputs(1, 2, n=n, d_k=d_k, d_v=d_v, dtype=dtype, seed=5)
+    inputs = rounded_inputs(1, 2, n=n, d_k=d_k, d_v=d_v, dtype=dtype, seed=5)
     check_against_recurrence(inputs, dtype=dtype, rtol=KERNEL_RTOL[dtype])
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 def test_prepare_computes_each_chunks_triangular_inverse():
     """A = (I + diag(β)(K Kᵀ ⊙ M⁻))⁻¹ of every chunk, W = A diag(β) K, Ũ = A diag(β) V."""
-    _, k, v, beta, _ = deltanet_inputs(1, 1, n=100, d_k=32, d_v=16, dtype=torch.float32)
+    _, k, v, beta, _ = rounded_inputs(1, 1, n=100, d_k=32, d_v=16, dtype=torch.float32)
     a, w, u = delta_prepare(*(x.float() for x in (k, v, beta)), arch=90)
     for t in range(2):
         rows = slice(64 * t, min(64 * t + 64, 100))
@@ -99,11 +88,11 @@ def test_prepare_computes_each_chunks_triangular_inverse():
         assert_close(u[0, 0, rows], inverse @ (b_c * v_c), rtol=1e-6, name="Ũ")
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 def test_a_repeated_key_keeps_the_inverse_bounded():
     """One unit key for every token and β = 1, the chapter's hard case for the Neumann series:
     forward substitution keeps A bounded (‖A‖_∞ ≤ 2) and the results as accurate as ever."""
-    q, k, v, beta, state = deltanet_inputs(1, 1, n=128, d_k=16, d_v=16, dtype=torch.float32)
+    q, k, v, beta, state = rounded_inputs(1, 1, n=128, d_k=16, d_v=16, dtype=torch.float32)
     k = k[:, :, :1].expand_as(k).contiguous()
     beta = torch.ones_like(beta)
     a, _, _ = delta_prepare(k.float(), v.float(), beta.float(), arch=90)
@@ -111,11 +100,11 @@ def test_a_repeated_key_keeps_the_inverse_bounded():
     check_against_recurrence([q, k, v, beta, state], dtype=torch.float32, rtol=1e-5)
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
 def test_expanded_output_gradient_and_an_unused_state():
     # out.sum(): a stride-0 gradient; the final state does not enter the loss
-    q, k, v, beta, _ = deltanet_inputs(2, n=70, d_k=16, d_v=16, dtype=torch.float32)
+    q, k, v, beta, _ = rounded_inputs(2, n=70, d_k=16, d_v=16, dtype=torch.float32)
     leaves = [x.float().requires_grad_() for x in (q, k, v, beta)]
     delta_rule(*leaves, method="triton")[0].sum().backward()
     references = [x.detach().requires_grad_() for x in (q, k, v, beta)]
@@ -124,10 +113,10 @@ def test_expanded_output_gradient_and_an_unused_state():
         assert_close(leaf.grad, reference.grad, rtol=1e-5)
 
 
-@cpu_kernels
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("batch", "n"), [((2, 3), 0), ((0, 3), 5)])
 def test_empty_inputs(batch, n):
-    q, k, v, beta, _ = deltanet_inputs(*batch, n=n, d_k=16, d_v=32, dtype=torch.float32)
+    q, k, v, beta, _ = rounded_inputs(*batch, n=n, d_k=16, d_v=32, dtype=torch.float32)
     q = q.float().requires_grad_()
     o, final = delta_rule(q, k.float(), v.float(), beta.float(), method="triton")
     assert o.shape == (*batch, n, 32) and final.shape == (*batch, 32, 16)
@@ -164,5 +153,5 @@ def test_bad_inputs(args, kwargs, error, match):
     [((2, 4), 1, 16, 16), ((2, 4), 1000, 64, 64), ((1, 8), 4099, 128, 128), ((3, 2), 777, 32, 128)],
 )
 def test_gpu_matches_the_recurrence(batch, n, d_k, d_v, dtype):
-    inputs = deltanet_inputs(*batch, n=n, d_k=d_k, d_v=d_v, dtype=dtype)
+    inputs = rounded_inputs(*batch, n=n, d_k=d_k, d_v=d_v, dtype=dtype)
     check_against_recurrence(inputs, dtype=dtype, rtol=KERNEL_RTOL[dtype], device="cuda")
