@@ -22,6 +22,7 @@ from linattn_core.calculus import (
     trace_power_gradient,
 )
 from linattn_core.linalg import kron, vec
+from linattn_core.testing import assert_close
 
 f64 = torch.float64
 inv, det, mp = torch.linalg.inv, torch.linalg.det, torch.linalg.matrix_power
@@ -109,21 +110,21 @@ def test_tensor_layout_of_a_matrix_function_is_fourth_order():
     A, X = torch.randn(2, 3, dtype=f64), torch.randn(3, 4, dtype=f64)
     J = jacobian(lambda X: A @ X, (X,))
     assert J.shape == (2, 4, 3, 4)
-    assert torch.allclose(J, torch.einsum("ik,jl->ijkl", A, I4))
+    assert_close(J, torch.einsum("ik,jl->ijkl", A, I4), rtol=1e-10)
 
 
 def test_vec_layout_is_column_stacking():
     A, X = torch.randn(2, 3, dtype=f64), torch.randn(3, 4, dtype=f64)
     J = jacobian(lambda X: A @ X, (X,), layout="vec")
-    assert torch.allclose(J @ vec(X), vec(A @ X))
-    assert torch.allclose(J, kron(I4, A))
+    assert_close(J @ vec(X), vec(A @ X), rtol=1e-10)
+    assert_close(J, kron(I4, A), rtol=1e-10)
 
 
 def test_vec_layout_hessian():
     A = torch.randn(3, 3, dtype=f64)
     X = torch.randn(3, 2, dtype=f64)
     H = jacobian(lambda X: tr(X.T @ A @ X), (X,), order=2, layout="vec")
-    assert torch.allclose(H, kron(I2, A + A.T))
+    assert_close(H, kron(I2, A + A.T), rtol=1e-10)
 
 
 def test_check_differential_passes_and_fails():
@@ -185,8 +186,8 @@ def test_chain_rule_in_both_layouts():
     J_inner = jacobian(inner, (x,))  # numerator layout (5, 4)
     J_outer = jacobian(outer, (inner(x),))  # (3, 5)
     J = jacobian(lambda x: outer(inner(x)), (x,))
-    assert torch.allclose(J, J_outer @ J_inner)  # numerator: outer factor on the left
-    assert torch.allclose(J.T, J_inner.T @ J_outer.T)  # denominator: outer factor on the right
+    assert_close(J, J_outer @ J_inner, rtol=1e-10)  # numerator: outer factor on the left
+    assert_close(J.T, J_inner.T @ J_outer.T, rtol=1e-10)  # denominator: outer factor on the right
 
 
 def test_vector_jacobian_product_is_the_transposed_jacobian():
@@ -194,7 +195,7 @@ def test_vector_jacobian_product_is_the_transposed_jacobian():
     x = torch.randn(4, dtype=f64, requires_grad=True)
     g = torch.randn(3, dtype=f64)
     (grad,) = torch.autograd.grad(torch.tanh(W @ x), x, grad_outputs=g)
-    assert torch.allclose(grad, jacobian(lambda x: torch.tanh(W @ x), (x.detach(),)).T @ g)
+    assert_close(grad, jacobian(lambda x: torch.tanh(W @ x), (x.detach(),)).T @ g, rtol=1e-10)
 
 
 # ------------------------------------------------------------------- the derivatives
@@ -330,7 +331,7 @@ def test_trace_of_a_power(k):
 
 def test_trace_of_a_power_is_the_special_case_a_equals_identity():
     X = torch.randn(4, 4, dtype=f64)
-    assert torch.allclose(trace_power_gradient(X, I4, 3), 3 * mp(X, 2).T)
+    assert_close(trace_power_gradient(X, I4, 3), 3 * mp(X, 2).T, rtol=1e-10)
 
 
 # (name, F, dF, shapes): the differential rules, checked in all inputs at once
@@ -441,7 +442,7 @@ def test_differential_is_the_linear_part_of_the_increment():
 def test_row_major_jacobian_swaps_the_kronecker_factors():
     A, X, B = (torch.randn(s, dtype=f64) for s in [(2, 3), (3, 4), (4, 5)])
     J_rows = jacobian(lambda X: A @ X @ B, (X,)).reshape(10, 12)
-    assert torch.allclose(J_rows, kron(A, B.T))
+    assert_close(J_rows, kron(A, B.T), rtol=1e-10)
 
 
 def test_normal_equations_square_the_condition_number():
