@@ -6,6 +6,7 @@ A page fails if a request fails or leaves 127.0.0.1, if it raises a JavaScript e
 math is left untypeset, if an image does not load, or if a saved widget does not render.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,15 @@ def test_page_works_offline(server, offline_page, page_path):
             f"{state['widgetViews']} saved widget views, {state['widgetsRendered']} rendered"
         )
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+# A stray dollar next to typeset math: display math ($$) that opened inside a paragraph was read as
+# inline math ($…$), so prose became italic math and formulas stayed TeX source.
+STRAY_DOLLAR = re.compile(r'\$<span class="math|</span>\$')
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_no_dollar_is_left_beside_math(page_path):
+    html = (HTML / page_path).read_text(encoding="utf-8")
+    stray = [html[max(0, m.start() - 80) : m.end() + 40] for m in STRAY_DOLLAR.finditer(html)]
+    assert not stray, f"{page_path}: {len(stray)} stray '$' beside math, first: {stray[0]!r}"
