@@ -69,8 +69,9 @@ serve:
 notebooks: venv
 	$(PY) scripts/execute_notebooks.py $(NB)
 
+# As root (containers, cloud GPU machines) Jupyter refuses to start without --allow-root.
 lab: venv
-	$(BIN)/jupyter lab --notebook-dir=chapters
+	$(BIN)/jupyter lab --notebook-dir=chapters $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # On a machine with an NVIDIA GPU: the GPU tests, then the measurements committed under figures/
 # (the kernel comparison and a bfloat16 complexity run, named after the device), which the
