@@ -80,3 +80,51 @@ def test_table_of_contents_matches_the_pages():
     }
     unlisted = sorted(pages - set(listed))
     assert not unlisted, f"pages in chapters/ missing from _toc.yml: {unlisted}"
+
+
+def math_problems(markdown):
+    """Places where MyST would not read the math as written: `$$` opening or closing inside a
+    paragraph (read as inline `$…$`), and a line starting with "+ ", "- " or "* " while inline
+    math is open (read as a list item, leaving the formula as TeX source)."""
+    problems, lines, display, fence = [], markdown.split("\n"), False, False
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if text.startswith("```") and not text[3:].startswith("{"):
+            fence = not fence if (fence or text[3:].strip()) else fence
+        if fence:
+            continue
+        if text.startswith("$$") and not (len(text) > 4 and text.endswith("$$")):
+            opening = not display
+            display = not display
+            neighbour = lines[i - 1] if opening else (lines[i + 1] if i + 1 < len(lines) else "")
+            if neighbour.strip() and not neighbour.strip().startswith("```"):
+                problems.append(f"line {i + 1}: $$ {'after' if opening else 'before'} text")
+            continue
+        if not display and text[:2] in ("+ ", "- ", "* ") and i:
+            paragraph = []
+            for previous in reversed(lines[:i]):
+                if not previous.strip():
+                    break
+                paragraph.append(previous)
+            if "".join(paragraph).replace("$$", "").count("$") % 2:
+                problems.append(f"line {i + 1}: {text[:2]!r} starts a line inside inline math")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_math_is_written_so_that_myst_reads_it(path):
+    notebook = json.loads(path.read_text())
+    problems = [
+        f"cell {cell.get('id', index)} {problem}"
+        for index, cell in enumerate(notebook["cells"])
+        if cell["cell_type"] == "markdown"
+        for problem in math_problems("".join(cell["source"]))
+    ]
+    assert not problems, f"{path.name}: " + "; ".join(problems[:5])
+
+
+def test_math_problems_are_found():
+    assert math_problems("text\n$$\nx\n$$\n\ntext") == ["line 2: $$ after text"]
+    assert math_problems("a\n\n$$\nx\n$$\nmore") == ["line 5: $$ before text"]
+    assert math_problems("$a\n+ b$ and") == ["line 2: '+ ' starts a line inside inline math"]
+    assert math_problems("a\n\n$$\nx\n$$\n\n- item $x$") == []
