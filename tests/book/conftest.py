@@ -58,7 +58,8 @@ def browser():
 @pytest.fixture
 def offline_page(browser):
     """A new page that serves only 127.0.0.1, data: and blob: URLs: `(page, problems)`, where
-    problems lists the requests it refused and the JavaScript errors it saw."""
+    problems lists the requests it refused, the JavaScript errors it saw and the errors logged to
+    the console."""
     problems = []
     page = browser.new_page()
 
@@ -72,6 +73,12 @@ def offline_page(browser):
 
     page.route("**/*", route)
     page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    page.on(
+        "console",
+        lambda message: (
+            message.type == "error" and problems.append(f"console error: {message.text}")
+        ),
+    )
     yield page, problems
     if not page.is_closed():
         page.close()
