@@ -103,3 +103,22 @@ def test_no_dollar_is_left_beside_math(page_path):
     html = (HTML / page_path).read_text(encoding="utf-8")
     stray = [html[max(0, m.start() - 80) : m.end() + 40] for m in STRAY_DOLLAR.finditer(html)]
     assert not stray, f"{page_path}: {len(stray)} stray '$' beside math, first: {stray[0]!r}"
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def phone_page(browser):
+    page = browser.new_page(viewport=PHONE)
+    yield page
+    page.close()
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_fits_a_phone_without_sideways_scrolling(server, phone_page, page_path):
+    """Wide content (code, tables, formulas, figures) scrolls inside its own box; the page itself
+    never grows wider than a 390 px phone screen."""
+    phone_page.goto(f"{server}/{page_path}", wait_until="load")
+    width = phone_page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"{page_path} is {width} px wide on a {PHONE['width']} px phone"
