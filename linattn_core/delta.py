@@ -21,12 +21,15 @@ the mask, so a running d×(...) summary of the rows already solved replaces T's 
   triangular system solved for all chunks at once (the UT / WY form, "chunked"), or that form
   in Triton kernels, forward and backward ("triton", `linattn_core.kernels.delta_rule`);
 - `delta_rule_loop`: the recurrence for one sequence as the formula reads, the reference;
-- `deltanet_inputs`: well-conditioned DeltaNet inputs (unit keys, β in [0, 1)) for checks.
+- `deltanet_inputs`: well-conditioned DeltaNet inputs (unit keys, β in [0, 1)) for checks;
+- `triangular_system_inputs`: factors of a general T (diagonal of both signs) for checks.
 
 The functions check shapes, dtypes, devices and options, never tensor values
 (`linattn_core.validation`): a zero on the diagonal makes T singular, and the result then holds
 inf or nan.
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +40,7 @@ from linattn_core.validation import (
     check_matrix,
     check_non_negative_int,
     check_positive_int,
+    check_positive_number,
     check_same_dtype_and_device,
     check_tensor,
 )
@@ -49,6 +53,7 @@ __all__ = [
     "triangular_inverse",
     "triangular_matrix",
     "triangular_solve",
+    "triangular_system_inputs",
 ]
 
 METHODS = ("recurrent", "chunked", "triton")
@@ -286,16 +291,52 @@ def deltanet_inputs(*batch, n, d_k, d_v, seed=0, dtype=torch.float64):
     True
     """
     fn = "deltanet_inputs"
-    for i, size in enumerate(batch):
-        check_non_negative_int(fn, f"batch[{i}]", size)
-    for name, size in (("n", n), ("d_k", d_k), ("d_v", d_v)):
-        check_non_negative_int(fn, name, size)
+    _check_sizes(fn, batch, n=n, d_k=d_k, d_v=d_v)
     draw = {"generator": torch.Generator().manual_seed(seed), "dtype": torch.float64}
     q, k, v = (torch.randn(*batch, n, d, **draw) for d in (d_k, d_k, d_v))
     k = k / k.norm(dim=-1, keepdim=True)  # unit keys
     beta = torch.rand(*batch, n, **draw)  # (*batch, N), in [0, 1)
     initial_state = torch.randn(*batch, d_v, d_k, **draw)
     return tuple(x.to(dtype) for x in (q, k, v, beta, initial_state))
+
+
+def triangular_system_inputs(*batch, n, d, d_v=1, scale=1.0, seed=0, dtype=torch.float64):
+    """Seeded factors of a general T = diag(λ) + tril(q kᵀ, −1) and right-hand sides v.
+
+    q and k standard normal divided by √d (rows of norm ≈ 1; q also multiplied by `scale`, which
+    scales the strictly lower part of T), λ_i of random sign with |λ_i| uniform on [0.5, 2], v
+    standard normal. The diagonal stays away from 0 and has both signs, unlike the delta rule's
+    (`deltanet_inputs`); how well T is conditioned depends on n, d and `scale` (a smaller scale,
+    a better conditioned T). Drawn in float64 from a private generator in the order q, k, the
+    signs, |λ|, v, then cast to `dtype`.
+
+    Args:
+        *batch: leading batch dimensions (non-negative ints).
+        n: size of T; d: rank of its strictly lower part; d_v: columns of v (non-negative ints).
+        scale: factor of q (positive finite number).
+        seed: seed of the generator.
+        dtype: dtype of the returned tensors.
+
+    Returns:
+        (q, k, diag, v): `(*batch, n, d)`, `(*batch, n, d)`, `(*batch, n)`, `(*batch, n, d_v)`.
+
+    >>> q, k, diag, v = triangular_system_inputs(2, n=6, d=3, d_v=4)
+    >>> q.shape, diag.shape, v.shape
+    (torch.Size([2, 6, 3]), torch.Size([2, 6]), torch.Size([2, 6, 4]))
+    >>> bool(((diag.abs() >= 0.5) & (diag.abs() <= 2)).all())
+    True
+    """
+    fn = "triangular_system_inputs"
+    _check_sizes(fn, batch, n=n, d=d, d_v=d_v)
+    check_positive_number(fn, "scale", scale)
+    draw = {"generator": torch.Generator().manual_seed(seed), "dtype": torch.float64}
+    root_d = math.sqrt(max(d, 1))  # d = 0: empty factors, T = diag(λ)
+    q = scale * torch.randn(*batch, n, d, **draw) / root_d  # (*batch, n, d)
+    k = torch.randn(*batch, n, d, **draw) / root_d  # (*batch, n, d)
+    signs = torch.where(torch.rand(*batch, n, **draw) < 0.5, -1.0, 1.0)  # (*batch, n)
+    diag = signs * (0.5 + 1.5 * torch.rand(*batch, n, **draw))  # (*batch, n), 0.5 ≤ |λ_i| ≤ 2
+    v = torch.randn(*batch, n, d_v, **draw)  # (*batch, n, d_v)
+    return tuple(x.to(dtype) for x in (q, k, diag, v))
 
 
 def _triangular_solve(q, k, diag, v, *, chunk_size):
@@ -371,6 +412,14 @@ def _split_chunks(x, chunk_size, fill=0.0):
     n_chunks = -(-x.shape[-2] // chunk_size)
     padded = F.pad(x, (0, 0, 0, n_chunks * chunk_size - x.shape[-2]), value=fill)
     return padded.unflatten(-2, (n_chunks, chunk_size))
+
+
+def _check_sizes(fn, batch, **sizes):
+    """Batch dimensions and named sizes of the tensors a generator draws: non-negative ints."""
+    for i, size in enumerate(batch):
+        check_non_negative_int(fn, f"batch[{i}]", size)
+    for name, size in sizes.items():
+        check_non_negative_int(fn, name, size)
 
 
 def _check_delta_inputs(fn, q, k, v, beta, initial_state):

@@ -1,8 +1,8 @@
 """linattn_core.delta: the triangular inverse and solve against dense float64 references built
 from T, both delta-rule methods against the token-by-token reference `delta_rule_loop` (itself
-checked against the definition), the DeltaNet inputs: outputs, final states, gradients, odd
-shapes, bad inputs, what a zero on the diagonal does, and the O(n) memory of
-`triangular_solve`."""
+checked against the definition), the generators of DeltaNet inputs and of general systems:
+outputs, final states, gradients, odd shapes, bad inputs, what a zero on the diagonal does, and
+the O(n) memory of `triangular_solve`."""
 
 import subprocess
 import sys
@@ -20,27 +20,13 @@ from linattn_core.delta import (
     triangular_inverse,
     triangular_matrix,
     triangular_solve,
+    triangular_system_inputs,
 )
 from linattn_core.testing import assert_close
 from tests.shapes import CHUNKED_SHAPES, RANDOM_SHAPES
 
 RTOL = 1e-10
-
-
-def random_system(*batch, n, d, d_v=2, seed=0, negative_diag=True):
-    """q, k (scaled so that T stays well conditioned), a diagonal away from 0, right-hand sides.
-
-    With negative_diag the diagonal has entries of both signs, |λ_i| ∈ [0.5, 2].
-    """
-    generator = torch.Generator().manual_seed(seed)
-    draw = {"generator": generator, "dtype": torch.float64}
-    q = torch.randn(*batch, n, d, **draw) / (2 * d**0.5)  # (*batch, n, d)
-    k = torch.randn(*batch, n, d, **draw) / (2 * d**0.5)  # (*batch, n, d)
-    diag = 0.5 + 1.5 * torch.rand(*batch, n, **draw)  # (*batch, n)
-    if negative_diag:
-        diag = diag * torch.where(torch.rand(*batch, n, **draw) < 0.5, -1.0, 1.0)
-    v = torch.randn(*batch, n, d_v, **draw)  # (*batch, n, d_v)
-    return q, k, diag, v
+SCALE = 0.25  # q of the general systems: q·k of size ~1/(4√d), T well conditioned at every n
 
 
 def delta_rule_reference(q, k, v, beta, state):
@@ -57,7 +43,7 @@ def delta_rule_reference(q, k, v, beta, state):
 
 
 def test_triangular_matrix_matches_the_definition_entry_by_entry():
-    q, k, diag, _ = random_system(2, n=6, d=3, seed=12)
+    q, k, diag, _ = triangular_system_inputs(2, n=6, d=3, seed=12, scale=SCALE)
     T = triangular_matrix(q, k, diag)
     for b in range(2):
         for i in range(6):
@@ -68,7 +54,7 @@ def test_triangular_matrix_matches_the_definition_entry_by_entry():
 
 @pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), CHUNKED_SHAPES)
 def test_triangular_inverse_matches_dense_inverse(batch, n, d, d_v, chunk_size):
-    q, k, diag, _ = random_system(*batch, n=n, d=d)
+    q, k, diag, _ = triangular_system_inputs(*batch, n=n, d=d, scale=SCALE)
     T = triangular_matrix(q, k, diag)
     inverse = triangular_inverse(q, k, diag, chunk_size=chunk_size)
     identity = torch.eye(n, dtype=torch.float64).expand_as(T)
@@ -80,7 +66,7 @@ def test_triangular_inverse_matches_dense_inverse(batch, n, d, d_v, chunk_size):
 
 @pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), CHUNKED_SHAPES)
 def test_triangular_solve_matches_dense_solve(batch, n, d, d_v, chunk_size):
-    q, k, diag, v = random_system(*batch, n=n, d=d, d_v=d_v)
+    q, k, diag, v = triangular_system_inputs(*batch, n=n, d=d, d_v=d_v, scale=SCALE)
     x = triangular_solve(q, k, diag, v, chunk_size=chunk_size)
     expected = torch.linalg.solve_triangular(triangular_matrix(q, k, diag), v, upper=False)
     assert_close(x, expected, rtol=RTOL)
@@ -89,7 +75,8 @@ def test_triangular_solve_matches_dense_solve(batch, n, d, d_v, chunk_size):
 @pytest.mark.slow
 @given(**RANDOM_SHAPES, negative_diag=st.booleans())
 def test_inverse_and_solve_on_random_shapes(batch, n, d, d_v, chunk_size, negative_diag, seed):
-    q, k, diag, v = random_system(*batch, n=n, d=d, d_v=d_v, seed=seed, negative_diag=negative_diag)
+    q, k, diag, v = triangular_system_inputs(*batch, n=n, d=d, d_v=d_v, seed=seed, scale=SCALE)
+    diag = diag if negative_diag else diag.abs()
     T = triangular_matrix(q, k, diag)
     expected = torch.linalg.solve_triangular(T, v, upper=False)
     assert_close(triangular_solve(q, k, diag, v, chunk_size=chunk_size), expected, rtol=RTOL)
@@ -98,7 +85,7 @@ def test_inverse_and_solve_on_random_shapes(batch, n, d, d_v, chunk_size, negati
 
 
 def test_every_chunk_size_gives_the_same_answer():
-    q, k, diag, v = random_system(2, n=29, d=3, d_v=4, seed=3)
+    q, k, diag, v = triangular_system_inputs(2, n=29, d=3, d_v=4, seed=3, scale=SCALE)
     inverse = triangular_inverse(q, k, diag, chunk_size=29)
     solution = triangular_solve(q, k, diag, v, chunk_size=29)
     for chunk_size in (1, 2, 5, 28, 100):
@@ -107,13 +94,13 @@ def test_every_chunk_size_gives_the_same_answer():
 
 
 def test_inverse_diagonal_is_reciprocal_of_diag():
-    q, k, diag, _ = random_system(n=20, d=3, seed=4)
+    q, k, diag, _ = triangular_system_inputs(n=20, d=3, seed=4, scale=SCALE)
     inverse = triangular_inverse(q, k, diag, chunk_size=6)
     assert_close(torch.diagonal(inverse, dim1=-2, dim2=-1), 1 / diag, rtol=1e-14)
 
 
 def test_general_diagonal_with_zero_factors_is_diagonal_inverse():
-    _, _, diag, v = random_system(3, n=9, d=2, seed=5)
+    _, _, diag, v = triangular_system_inputs(3, n=9, d=2, seed=5, scale=SCALE)
     zeros = torch.zeros(3, 9, 2, dtype=torch.float64)
     assert_close(triangular_inverse(zeros, zeros, diag), torch.diag_embed(1 / diag), rtol=1e-15)
     assert_close(triangular_solve(zeros, zeros, diag, v), v / diag[..., None], rtol=1e-15)
@@ -121,7 +108,7 @@ def test_general_diagonal_with_zero_factors_is_diagonal_inverse():
 
 @pytest.mark.slow
 def test_float32_inputs_stay_float32_and_accurate():
-    q, k, diag, v = random_system(n=200, d=8, d_v=4, seed=6)
+    q, k, diag, v = triangular_system_inputs(n=200, d=8, d_v=4, seed=6, scale=SCALE)
     expected = triangular_solve(q, k, diag, v)
     x32 = triangular_solve(q.float(), k.float(), diag.float(), v.float(), chunk_size=32)
     assert x32.dtype == torch.float32
@@ -132,14 +119,14 @@ def test_float32_inputs_stay_float32_and_accurate():
 
 
 def test_empty_sequence():
-    q, k, diag, v = random_system(2, n=0, d=3, d_v=4)
+    q, k, diag, v = triangular_system_inputs(2, n=0, d=3, d_v=4, scale=SCALE)
     assert triangular_inverse(q, k, diag).shape == (2, 0, 0)
     assert triangular_solve(q, k, diag, v).shape == (2, 0, 4)
 
 
 @pytest.mark.slow
 def test_inverse_and_solve_gradients():
-    q, k, diag, v = random_system(n=7, d=2, d_v=2, seed=7)
+    q, k, diag, v = triangular_system_inputs(n=7, d=2, d_v=2, seed=7, scale=SCALE)
     inputs = tuple(x.clone().requires_grad_() for x in (q, k, diag, v))
     assert torch.autograd.gradcheck(
         lambda q, k, diag, v: triangular_solve(q, k, diag, v, chunk_size=3), inputs
@@ -152,7 +139,7 @@ def test_inverse_and_solve_gradients():
 def test_zero_on_the_diagonal_is_not_checked_and_gives_non_finite_rows():
     # values are not checked (validation's policy): T is singular, row 4 of batch 1 and the rows
     # after it are not finite, and everything before, and batch 0, is still exact
-    q, k, diag, v = random_system(2, n=6, d=2)
+    q, k, diag, v = triangular_system_inputs(2, n=6, d=2, scale=SCALE)
     singular = diag.clone()
     singular[1, 4] = 0.0
     inverse = triangular_inverse(q, k, singular, chunk_size=2)
@@ -178,14 +165,14 @@ def test_zero_on_the_diagonal_is_not_checked_and_gives_non_finite_rows():
     ],
 )
 def test_triangular_solve_rejects_bad_inputs(change, error, match):
-    args = change(*random_system(2, n=5, d=3, d_v=2))
+    args = change(*triangular_system_inputs(2, n=5, d=3, d_v=2, scale=SCALE))
     with pytest.raises(error, match=f"triangular_solve: {match}"):
         triangular_solve(*args)
 
 
 @pytest.mark.parametrize("chunk_size", [0, -1, 2.5, True, None])
 def test_bad_chunk_size_is_an_error(chunk_size):
-    q, k, diag, v = random_system(n=5, d=3)
+    q, k, diag, v = triangular_system_inputs(n=5, d=3, scale=SCALE)
     with pytest.raises(ValueError, match="triangular_inverse: chunk_size must be a positive int"):
         triangular_inverse(q, k, diag, chunk_size=chunk_size)
     with pytest.raises(ValueError, match="triangular_solve: chunk_size must be a positive int"):
@@ -401,6 +388,40 @@ def test_deltanet_inputs_rejects_bad_sizes(args, kwargs, match):
     sizes = {"n": 3, "d_k": 2, "d_v": 2} | kwargs
     with pytest.raises(ValueError, match=f"^deltanet_inputs: {match}"):
         deltanet_inputs(*args, **sizes)
+
+
+def test_triangular_system_inputs_shapes_diagonal_scale_and_seeds():
+    q, k, diag, v = triangular_system_inputs(2, 3, n=50, d=4, d_v=5, seed=17)
+    assert [tuple(x.shape) for x in (q, k, diag, v)] == [
+        (2, 3, 50, 4),
+        (2, 3, 50, 4),
+        (2, 3, 50),
+        (2, 3, 50, 5),
+    ]
+    assert bool(((diag.abs() >= 0.5) & (diag.abs() <= 2)).all())
+    assert bool((diag < 0).any()) and bool((diag > 0).any())
+    scaled = triangular_system_inputs(2, 3, n=50, d=4, d_v=5, seed=17, scale=0.5)
+    assert_close(scaled[0], 0.5 * q, rtol=1e-15)
+    for x, y in zip((k, diag, v), scaled[1:], strict=True):
+        assert torch.equal(x, y)
+    again = triangular_system_inputs(2, 3, n=50, d=4, d_v=5, seed=17, dtype=torch.float32)
+    for x, x32 in zip((q, k, diag, v), again, strict=True):
+        assert x32.dtype == torch.float32 and torch.equal(x32, x.float())
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((-1,), {}, r"batch\[0\]"),
+        ((), {"n": 2.5}, "n must be"),
+        ((), {"d_v": -1}, "d_v must"),
+        ((), {"scale": 0.0}, "scale must be a positive finite number"),
+    ],
+)
+def test_triangular_system_inputs_rejects_bad_sizes(args, kwargs, match):
+    sizes = {"n": 3, "d": 2} | kwargs
+    with pytest.raises(ValueError, match=f"^triangular_system_inputs: {match}"):
+        triangular_system_inputs(*args, **sizes)
 
 
 # --- O(n) memory -----------------------------------------------------------------------------
