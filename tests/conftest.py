@@ -12,13 +12,26 @@ from hypothesis import settings
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from linattn_core.kernels.tiles import ARCHITECTURES  # imports triton: after the line above
+from linattn_core.kernels import INTERPRETED  # imports triton: after the line above
+from linattn_core.kernels.tiles import ARCHITECTURES
 
 # Derandomized by default so CI runs the same examples every time; HYPOTHESIS_PROFILE=explore
 # draws fresh ones.
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=40, database=None)
 settings.register_profile("explore", deadline=None, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers
+def pytest_collection_modifyitems(items):
+    """Tests marked `interpreter` run Triton kernels in the interpreter: seconds each, so also
+    `slow`; skipped where the kernels are compiled (on a GPU machine)."""
+    skip = pytest.mark.skip(reason="CPU kernels need TRITON_INTERPRET=1 before the first import")
+    for item in items:
+        if item.get_closest_marker("interpreter"):
+            item.add_marker(pytest.mark.slow)
+            if not INTERPRETED:
+                item.add_marker(skip)
 
 
 @pytest.fixture

@@ -1,15 +1,11 @@
-"""The cost model of the Triton kernels against the kernels themselves: the Triton interpreter
-counts every product's FLOPs and every byte loaded and stored, per kernel, and the model must
-predict them exactly (N a multiple of C, so that no load is masked)."""
-
-import collections
+"""The cost model of the Triton kernels against the kernels themselves: `kernels.trace` counts
+every product's FLOPs and every byte loaded and stored in the interpreter, per kernel, and the
+model must predict them exactly (N a multiple of C, so that no load is masked)."""
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
-
-from triton.runtime import interpreter
 
 from linattn_core.kernels.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.costs import (
@@ -19,45 +15,13 @@ from linattn_core.kernels.costs import (
     predicted_seconds,
 )
 from linattn_core.kernels.forward import chunk_linear_attention_fwd
+from linattn_core.kernels.trace import record
 from linattn_core.testing import random_qkv
 
 
-@pytest.fixture
-def interpreter_counts(monkeypatch):
-    """{kernel: [FLOPs, bytes]} of what the interpreter executes while the fixture is active."""
-    counts = collections.defaultdict(lambda: [0, 0])
-    current = []
-    run, dot = interpreter.InterpretedFunction.run, interpreter.InterpreterBuilder.create_dot
-    load = interpreter.InterpreterBuilder.create_masked_load
-    store = interpreter.InterpreterBuilder.create_masked_store
-
-    def counting_run(self, *args, **kwargs):
-        current.append(self.fn.__name__)
-        try:
-            return run(self, *args, **kwargs)
-        finally:
-            current.pop()
-
-    def counting_dot(self, a, b, *args):
-        (m, k), n = a.data.shape, b.data.shape[1]
-        counts[current[-1]][0] += 2 * m * n * k
-        return dot(self, a, b, *args)
-
-    def counting_load(self, ptrs, mask, *args):
-        counts[current[-1]][1] += (
-            int(mask.data.sum()) * ptrs.get_element_ty().primitive_bitwidth // 8
-        )
-        return load(self, ptrs, mask, *args)
-
-    def counting_store(self, ptrs, value, mask, *args):
-        counts[current[-1]][1] += int(mask.data.sum()) * value.data.itemsize
-        return store(self, ptrs, value, mask, *args)
-
-    monkeypatch.setattr(interpreter.InterpretedFunction, "run", counting_run)
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", counting_dot)
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_load", counting_load)
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_store", counting_store)
-    return counts
+def counts(trace):
+    """{kernel: [FLOPs, bytes]} of what the interpreter executed."""
+    return {kernel: [trace.flops(kernel), trace.bytes(kernel)] for kernel in trace.kernels()}
 
 
 @pytest.mark.interpreter
@@ -66,25 +30,25 @@ def interpreter_counts(monkeypatch):
     ("dtype", "d", "d_v", "arch"),
     [(torch.float32, 16, 32, 90), (torch.float16, 128, 64, 80), (torch.float16, 32, 128, 90)],
 )
-def test_model_counts_what_the_kernels_do(interpreter_counts, dtype, d, d_v, arch, normalize):
+def test_model_counts_what_the_kernels_do(dtype, d, d_v, arch, normalize):
     batch_heads, n, chunk_size = 2, 192, 64
     q, k, v = random_qkv(1, batch_heads, n=n, d=d, d_v=d_v, dtype=dtype, positive=True)
     options = {"chunk_size": chunk_size, "arch": arch}
-    o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=1e-6, **options)
-    forward = {name: list(count) for name, count in interpreter_counts.items()}
-    interpreter_counts.clear()
-    chunk_linear_attention_bwd(
-        q, k, v, o if normalize else None, rden, torch.ones_like(v), **options
-    )
+    with record() as forward:
+        o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=1e-6, **options)
+    with record() as backward:
+        chunk_linear_attention_bwd(
+            q, k, v, o if normalize else None, rden, torch.ones_like(v), **options
+        )
     model = {"chunk_size": chunk_size, "dtype": dtype, "normalize": normalize, "arch": arch}
     for measured, costs in (
-        (forward, forward_costs(batch_heads, n, d, d_v, **model)),
-        (interpreter_counts, backward_costs(batch_heads, n, d, d_v, **model)),
+        (counts(forward), forward_costs(batch_heads, n, d, d_v, **model)),
+        (counts(backward), backward_costs(batch_heads, n, d, d_v, **model)),
     ):
         predicted = {
             c.kernel: [c.flops, c.bytes] for c in costs if not c.kernel.endswith("(torch)")
         }
-        assert predicted == dict(measured)
+        assert predicted == measured
 
 
 def test_predicted_forward_time_is_linear_in_n_and_memory_bound():

@@ -1,0 +1,48 @@
+"""The interpreter trace: where each program's loads and stores land, and the bounds check."""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from linattn_core.exercises import solutions
+from linattn_core.kernels.trace import record
+
+pytestmark = pytest.mark.interpreter
+
+
+def test_each_program_touches_its_own_rows_and_nothing_past_n():
+    n, d, block = 40, 16, 16
+    x, y = torch.randn(n, d), torch.empty(n, d)
+    with record(bounds={"x": x, "y": y}) as trace:
+        solutions.feature_map[(3,)](x, y, n, d, block)
+    assert not trace.out_of_bounds
+    for access, name, flat in trace.locate({"x": x, "y": y}):
+        (program,) = access.program
+        rows = set((flat // d).tolist())
+        assert name == ("x" if access.op == "load" else "y")
+        assert rows == set(range(program * block, min(n, program * block + block)))
+    assert trace.bytes(op="load") == trace.bytes(op="store") == x.numel() * 4
+    assert trace.flops() == 0
+
+
+def test_an_access_past_a_tensor_is_reported_and_never_made():
+    n, d = 5, 16
+    x, y = torch.randn(n, d), torch.full((n, d), float("nan"))
+    guard = torch.zeros(64, d)  # memory that the kernel must not reach, beside x
+    with record(bounds={"x": x, "y": y}) as trace:
+        solutions.feature_map[(1,)](x, y, n + 3, d, 16)  # N too large: rows 5–7 lie outside
+    (event,) = [e for e in trace.out_of_bounds if e.op == "load"]
+    assert (event.kernel, event.program, event.count) == ("feature_map", (0,), 3 * d)
+    assert (event.nearest, event.elements_past) == ("x", 0)
+    torch.testing.assert_close(y, torch.nn.functional.elu(x) + 1)
+    assert guard.eq(0).all()
+
+
+def test_dot_flops_are_two_per_multiply_add():
+    q, k = torch.randn(32, 16), torch.randn(32, 16)
+    s = torch.empty(2, 16, 16)
+    with record() as trace:
+        solutions.chunk_scores[(2,)](q, k, s, 32, 16, 16)
+    assert trace.flops("chunk_scores") == 2 * (2 * 16 * 16 * 16)
+    assert trace.kernels() == ["chunk_scores"]
