@@ -38,7 +38,7 @@ class Source:
 
 
 def show_source(*objects) -> Source:
-    """The source of functions or classes of the package, as they are defined there.
+    """The source of functions, classes or Triton kernels of the package, as defined there.
 
     >>> from linattn_core.linalg import vec
     >>> print(show_source(vec).origin)
@@ -48,9 +48,18 @@ def show_source(*objects) -> Source:
     """
     if not objects:
         raise ValueError("show_source: give at least one function or class")
-    for obj in objects:
-        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
-            raise TypeError(f"show_source: expected a function or class; got {obj!r}")
+    objects = [_python_function(obj) for obj in objects]
     code = "\n\n".join(inspect.getsource(obj).rstrip() for obj in objects)
     origin = ", ".join(f"{obj.__module__}.{obj.__qualname__}" for obj in objects)
     return Source(code, origin)
+
+
+def _python_function(obj):
+    """The function or class itself; for a Triton kernel (`@triton.jit`), the function it wraps,
+    whose source starts at the decorator."""
+    wrapped = getattr(obj, "fn", None)
+    if inspect.isfunction(wrapped):
+        return wrapped
+    if inspect.isfunction(obj) or inspect.isclass(obj):
+        return obj
+    raise TypeError(f"show_source: expected a function, class or Triton kernel; got {obj!r}")

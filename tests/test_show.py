@@ -25,9 +25,18 @@ def test_html_is_highlighted_inline_and_escaped():
     assert "<pre" in html and "->" not in html.split("<pre", 1)[1]  # "->" arrives as "-&gt;"
 
 
+def test_a_triton_kernel_is_shown_from_its_decorator():
+    pytest.importorskip("triton")
+    from linattn_core.exercises.solutions import feature_map
+
+    shown = show_source(feature_map)
+    assert shown.code.startswith("@triton.jit\ndef feature_map(")
+    assert shown.origin == "linattn_core.exercises.solutions.feature_map"
+
+
 @pytest.mark.parametrize("bad", [1, "vec", len])
 def test_only_python_functions_and_classes(bad):
-    with pytest.raises(TypeError, match="show_source: expected a function or class"):
+    with pytest.raises(TypeError, match="show_source: expected a function, class or Triton"):
         show_source(bad)
 
 

@@ -26,6 +26,7 @@ specialization, so a second run takes seconds.
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
@@ -46,7 +47,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import create_function_from_signature
 
-from linattn_core.kernels.launches import DTYPES, FLA_CONFIGS, FLA_CONFIGS_SM80, cases
+from linattn_core.kernels.forward import INTERPRETED
+from linattn_core.kernels.launches import (
+    DTYPES,
+    FLA_CONFIGS,
+    FLA_CONFIGS_SM80,
+    cases,
+    linear_attention_launches,
+)
 from linattn_core.kernels.tiles import GPU_LIMITS
 
 RESERVED_SHARED = 1024  # bytes of shared memory the driver reserves per program
@@ -207,6 +215,60 @@ def compile_records(
         record["status"] = status(record)
         records.append(record)
     return records
+
+
+def tile_experiment(kernel, archs, variants, *, dtype="bfloat16", d=128, d_v=128, cache_dir=None):
+    """Compile one of causal linear attention's kernels (normalized, C = 64) with other launch
+    options: a record for each architecture and variant, e.g. {"BV": 32, "num_warps": 8} (a
+    variant's entries replace the launcher's own; "ok" status or why not, as in `status`).
+
+    Where the kernels are interpreted (TRITON_INTERPRET=1), the compile runs in a process of its
+    own, whose kernels are the compiler's.
+    """
+    if INTERPRETED:
+        return _in_compiler_process(
+            tile_experiment, kernel, list(archs), list(variants), dtype=dtype, d=d, d_v=d_v
+        )
+    records = []
+    for arch in archs:
+        (launch,) = [
+            launch
+            for _, launch in linear_attention_launches(arch, DTYPES[dtype], d, d_v, 64, True)
+            if launch.name == kernel
+        ][:1]
+        for variant in variants:
+            varied = dataclasses.replace(launch, kwargs=launch.kwargs | variant)
+            record = {"kernel": kernel, "arch": arch, "dtype": dtype, "d": d, "d_v": d_v}
+            record |= {"block_k": varied.kwargs["BK"], "block_v": varied.kwargs["BV"]}
+            record |= compile_launch(varied, arch, cache_dir)
+            if "error" not in record:
+                record["programs_per_sm"] = occupancy(
+                    arch, record["registers"], record["shared_bytes"], record["num_warps"]
+                )
+            record["status"] = status(record)
+            records.append(record)
+    return records
+
+
+def _in_compiler_process(function, *args, **kwargs):
+    """function(*args, **kwargs) (JSON in and out) in a Python without TRITON_INTERPRET."""
+    code = (
+        "import json, sys\n"
+        f"from {function.__module__} import {function.__name__}\n"
+        "args, kwargs = json.loads(sys.stdin.read())\n"
+        f"print(json.dumps({function.__name__}(*args, **kwargs)))\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([args, kwargs]),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode:
+        raise RuntimeError(f"the compile failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def _launch_id(launch):

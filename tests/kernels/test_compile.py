@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from linattn_core.kernels.compile import occupancy, status
+from linattn_core.kernels.compile import occupancy, status, tile_experiment
 from linattn_core.kernels.launches import DTYPES
 from linattn_core.kernels.tiles import GPU_LIMITS, SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
 from linattn_core.testing import run_python
@@ -74,22 +74,11 @@ def test_one_configuration_compiles_for_both_architectures_on_their_tensor_cores
 @pytest.mark.slow
 def test_a_spilling_tile_is_reported():
     """64 × 64 float32 tiles with 4 warps need more than 255 registers a thread: the check must
-    say so (the launcher's table uses 16 × 16 for float32)."""
-    records = compile_in_subprocess(
-        """
-        import dataclasses, json, torch
-        from linattn_core.kernels import compile as check
-        from linattn_core.kernels.launches import linear_attention_launches
-
-        launches = linear_attention_launches(80, torch.float32, 128, 128, 64, True)
-        output = next(l for _, l in launches if l.name == "chunk_output_fwd_kernel")
-        big = dataclasses.replace(output, kwargs=output.kwargs | {"BK": 64, "BV": 64})
-        result = check.compile_launch(big, 80)
-        record = {"arch": 80, "dtype": "float32", **result}
-        print(json.dumps([record | {"status": check.status(record)}]))
-        """
+    say so (the launcher's table uses 16 × 16 for float32). `tile_experiment` compiles in a
+    process of its own where the kernels are interpreted, as here."""
+    (record,) = tile_experiment(
+        "chunk_output_fwd_kernel", [80], [{"BK": 64, "BV": 64}], dtype="float32"
     )
-    (record,) = records
     assert record["spill_bytes"] > 0
     assert record["status"].startswith("spills")
 
