@@ -326,6 +326,41 @@ def summary(records):
     return lines
 
 
+def load_report(path):
+    """A committed compile report ({"provenance": …, "records": […]}, as `--json` writes it)."""
+    return json.loads(Path(path).read_text())
+
+
+def report_records(report, arch, d, dtype="bfloat16"):
+    """The records of unnormalized causal linear attention at d = d_v on `arch`, one per kernel
+    launch, forward then backward: the configuration that ours and FLA's reports share."""
+    rows = {}
+    for r in report["records"]:
+        if (r["arch"], r["dtype"], r["d"], r["d_v"], r.get("normalize")) == (
+            arch,
+            dtype,
+            d,
+            d,
+            False,
+        ):
+            rows.setdefault((r["pass"], r["kernel"]), r)
+    return list(rows.values())
+
+
+def tensor_core_kinds(opcodes):
+    """ "HGMMA.64x64x16.F32.BF16" → "HGMMA BF16": the instructions and their operand types, in
+    words (F16 where the opcode names none).
+
+    >>> tensor_core_kinds(["HGMMA.64x64x16.F32.BF16", "HMMA.16816.F32", "HMMA.16816.F32.BF16"])
+    'HGMMA BF16, HMMA BF16, HMMA F16'
+    """
+    kinds = {
+        (o.split(".")[0], o.split(".")[-1] if o.endswith(("BF16", "TF32")) else "F16")
+        for o in opcodes
+    }
+    return ", ".join(f"{name} {operands}" for name, operands in sorted(kinds))
+
+
 def _span(values):
     values = sorted(values)
     return f"{values[0]}" if values[0] == values[-1] else f"{values[0]}–{values[-1]}"

@@ -89,6 +89,18 @@ class Trace:
                     located.append((access, name, flat.astype(np.int64)))
         return located
 
+    def touched(self, tensors):
+        """{(kernel, program): {(name, op): set of indices}}: which rows, chunk boundaries, …
+        each program loaded and stored, for tensors given as {name: (tensor, dim)}, an index
+        being the position along `dim` (−2 for the token rows of `(…, N, d)`)."""
+        found = {}
+        for access, name, flat in self.locate({n: t for n, (t, _) in tensors.items()}):
+            tensor, dim = tensors[name]
+            index = (flat // tensor.stride(dim)) % tensor.shape[dim]
+            program = found.setdefault((access.kernel, access.program), {})
+            program.setdefault((name, access.op), set()).update(index.tolist())
+        return found
+
 
 def _extent(tensor):
     """[first byte, one past the last byte] of the memory a tensor's elements occupy."""

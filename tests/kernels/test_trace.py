@@ -46,3 +46,21 @@ def test_dot_flops_are_two_per_multiply_add():
         solutions.chunk_scores[(2,)](q, k, s, 32, 16, 16)
     assert trace.flops("chunk_scores") == 2 * (2 * 16 * 16 * 16)
     assert trace.kernels() == ["chunk_scores"]
+
+
+def test_touched_names_the_rows_and_boundaries_of_each_program():
+    from linattn_core.kernels.forward import chunk_linear_attention_fwd
+
+    n, d = 200, 16  # four chunks of 64, the last one ragged; one 16 × 16 tile
+    q, k, v = (torch.randn(1, 1, n, d) for _ in range(3))
+    with record() as trace:
+        chunk_linear_attention_fwd(q, k, v, normalize=False, eps=0.0, chunk_size=64, arch=90)
+    touched = trace.touched({"k": (k, -2), "q": (q, -2)})
+    walk = touched["chunk_states_fwd_kernel", (0,)]
+    assert walk == {("k", "load"): set(range(n))}  # one program walks every chunk
+    for t in range(4):
+        rows = set(range(64 * t, min(n, 64 * t + 64)))
+        assert touched["chunk_output_fwd_kernel", (0, t)] == {
+            ("q", "load"): rows,
+            ("k", "load"): rows,
+        }
