@@ -148,3 +148,13 @@ def test_wrong_rows_are_listed_when_no_typical_mistake_matches(mutant):
     halved = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "0.5 * tl.dot(scores, b_v)"))
     message = repr(exercises.check_intra_chunk(halved))
     assert "o: rows 0–15 (chunk 0) of every head are wrong" in message
+
+
+def test_heads_left_unwritten_are_named(mutant):
+    one_head = mutant(
+        solutions.intra_chunk,
+        ("q, k = q + head * N * D, k + head * N * D", ""),
+        ("v, o = v + head * N * DV, o + head * N * DV", ""),
+    )
+    verdict = exercises.check_intra_chunk(one_head)
+    assert "o: nothing of head 1 was written: every program must first move" in repr(verdict)

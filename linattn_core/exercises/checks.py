@@ -112,7 +112,15 @@ class Puzzle:
         return None
 
     def _unwritten_message(self, name, got, problem):
-        where = _where(torch.isnan(got), problem, self.unit)
+        unwritten = torch.isnan(got)
+        whole_heads = unwritten.reshape(problem.heads, -1).all(dim=-1)
+        if problem.heads > 1 and whole_heads[1:].all() and not unwritten[0].any():
+            heads = "head 1" if problem.heads == 2 else f"heads 1–{problem.heads - 1}"
+            return (
+                f"{name}: nothing of {heads} was written: every program must first move its "
+                "pointers to its own head (heads are stacked, N rows each)"
+            )
+        where = _where(unwritten, problem, self.unit)
         return f"{name}: {where} never written (still NaN): is every tile stored?"
 
     def _wrong_message(self, name, inputs, problem):
@@ -191,7 +199,7 @@ def _phrase(marked, one, many, group=None):
         plural = len(heads[0]) > 1
         every = " of every head" if len(heads) > 1 else ""
         return f"{many if plural else one} {items(heads[0])}{every} {'are' if plural else 'is'}"
-    parts = "; ".join(f"head {b}: {items(h)}" for b, h in enumerate(heads) if h)
+    parts = "; ".join(f"{items(h)} of head {b}" for b, h in enumerate(heads) if h)
     return f"{many} {parts} are"
 
 

@@ -89,17 +89,42 @@ class Trace:
                     located.append((access, name, flat.astype(np.int64)))
         return located
 
-    def touched(self, tensors):
+    def touched(self, tensors, scratch=None):
         """{(kernel, program): {(name, op): set of indices}}: which rows, chunk boundaries, …
         each program loaded and stored, for tensors given as {name: (tensor, dim)}, an index
-        being the position along `dim` (−2 for the token rows of `(…, N, d)`)."""
+        being the position along `dim` (−2 for the token rows of `(…, N, d)`).
+
+        scratch: optional (name, block bytes) for memory outside `tensors` that the launcher
+        allocated itself (such as the chunk states), indexed in blocks from its lowest address.
+        """
         found = {}
+
+        def add(access, name, indices):
+            program = found.setdefault((access.kernel, access.program), {})
+            program.setdefault((name, access.op), set()).update(indices)
+
         for access, name, flat in self.locate({n: t for n, (t, _) in tensors.items()}):
             tensor, dim = tensors[name]
-            index = (flat // tensor.stride(dim)) % tensor.shape[dim]
-            program = found.setdefault((access.kernel, access.program), {})
-            program.setdefault((name, access.op), set()).update(index.tolist())
+            add(access, name, ((flat // tensor.stride(dim)) % tensor.shape[dim]).tolist())
+        if scratch:
+            name, block = scratch
+            extents = [_extent(t) for t, _ in tensors.values()]
+            outside = [
+                (access, access.addresses[_outside(access.addresses, extents)])
+                for access in self.accesses
+            ]
+            lowest = min((int(a.min()) for _, a in outside if a.size), default=0)
+            for access, addresses in outside:
+                if addresses.size:
+                    add(access, name, ((addresses - lowest) // block).tolist())
         return found
+
+
+def _outside(addresses, extents):
+    inside = np.zeros(addresses.shape, dtype=bool)
+    for start, end in extents:
+        inside |= (addresses >= start) & (addresses < end)
+    return ~inside
 
 
 def _extent(tensor):

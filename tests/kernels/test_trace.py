@@ -64,3 +64,17 @@ def test_touched_names_the_rows_and_boundaries_of_each_program():
             ("q", "load"): rows,
             ("k", "load"): rows,
         }
+
+
+def test_scratch_memory_is_indexed_in_blocks():
+    from linattn_core.kernels.forward import chunk_linear_attention_fwd
+
+    n, d = 200, 16
+    q, k, v = (torch.randn(1, 1, n, d) for _ in range(3))
+    with record() as trace:
+        o, _ = chunk_linear_attention_fwd(q, k, v, normalize=False, eps=0.0, chunk_size=64, arch=90)
+    tensors = {name: (x, -2) for name, x in zip("qkvo", (q, k, v, o), strict=True)}
+    touched = trace.touched(tensors, scratch=("h", d * d * 4))
+    assert touched["chunk_states_fwd_kernel", (0,)][("h", "store")] == {0, 1, 2, 3, 4}
+    for t in range(4):
+        assert touched["chunk_output_fwd_kernel", (0, t)][("h", "load")] == {t}
