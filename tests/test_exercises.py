@@ -36,7 +36,7 @@ def mutant(tmp_path):
 @pytest.mark.parametrize("name", list(exercises.PUZZLES))
 def test_the_solution_passes(name):
     verdict = getattr(exercises, f"check_{name}")(getattr(solutions, name))
-    assert verdict and repr(verdict).startswith(f"✓ {name}: correct for N = ")
+    assert verdict and verdict.message.startswith(f"✓ {name}: correct for N = ")
 
 
 UNMASKED_LOAD = ("mask=inside, other=0.0)", ")")
@@ -135,18 +135,19 @@ MISTAKES = {
 def test_a_typical_mistake_is_named(mutant, name, edits, message):
     verdict = getattr(exercises, f"check_{name}")(mutant(getattr(solutions, name), *edits))
     assert not verdict
-    assert message in repr(verdict), repr(verdict)
+    assert message in verdict.message, verdict.message
+    assert max(map(len, repr(verdict).splitlines())) <= 88  # wrapped for a notebook's output
 
 
 def test_a_kernel_that_fails_to_run_is_reported(mutant):
     broken = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "tl.dot(b_v, scores)"))
     verdict = exercises.check_intra_chunk(broken)
-    assert not verdict and "the kernel raised" in repr(verdict), repr(verdict)
+    assert not verdict and "the kernel raised" in verdict.message, verdict.message
 
 
 def test_wrong_rows_are_listed_when_no_typical_mistake_matches(mutant):
     halved = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "0.5 * tl.dot(scores, b_v)"))
-    message = repr(exercises.check_intra_chunk(halved))
+    message = exercises.check_intra_chunk(halved).message
     assert "o: rows 0–15 (chunk 0) of every head are wrong" in message
 
 
@@ -157,4 +158,4 @@ def test_heads_left_unwritten_are_named(mutant):
         ("v, o = v + head * N * DV, o + head * N * DV", ""),
     )
     verdict = exercises.check_intra_chunk(one_head)
-    assert "o: nothing of head 1 was written: every program must first move" in repr(verdict)
+    assert "o: nothing of head 1 was written: every program must first move" in verdict.message

@@ -14,6 +14,7 @@ The answer is a `Verdict`, true when the kernel is right, whose text says why.
 
 import dataclasses
 import math
+import textwrap
 
 import torch
 
@@ -33,8 +34,8 @@ class Verdict:
     def __bool__(self):
         return self.passed
 
-    def __repr__(self):
-        return self.message
+    def __repr__(self):  # wrapped for a notebook's output box; `message` is one line
+        return textwrap.fill(self.message, width=88, subsequent_indent="  ")
 
 
 @dataclasses.dataclass(frozen=True)
