@@ -13,10 +13,13 @@ forms below, which trade memory for parallelism:
 - "recurrent": the state S_t = S_{t-1} + φ(k_t)ᵀ v_t one token at a time, O(N d d_v) time and an
   O(d d_v) state (the inference form);
 - "chunked": the parallel form inside chunks of C tokens and the state across chunks,
-  O(N C d + N d d_v) time in large matrix products (the training form).
+  O(N C d + N d d_v) time in large matrix products (the training form); causal, it walks the
+  sequence in segments with a backward pass of its own, so that its memory is the output's plus
+  O(segment) (`linattn_core.chunked`).
 
-The denominator Σ_j s_ij is the numerator for a value that is constantly 1, so each form computes
-numerators only, for v with a column of ones appended.
+The denominator Σ_j s_ij is the numerator for a value that is constantly 1, so the parallel and
+recurrent forms compute numerators only, for v with a column of ones appended; the causal chunked
+form carries the key sums beside the state instead.
 
 `online_softmax_attention` is the other way out of the N×N matrix: exact softmax attention with
 the keys in blocks (FlashAttention's recurrence), which saves memory but not arithmetic.
@@ -25,8 +28,8 @@ the keys in blocks (FlashAttention's recurrence), which saves memory but not ari
 import math
 
 import torch
-import torch.nn.functional as F
 
+from linattn_core.chunked import causal_chunked
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
@@ -169,8 +172,10 @@ def linear_attention(
                     forward and backward; non-causal: two matrix products); CUDA tensors, or
                     CPU tensors under TRITON_INTERPRET=1; d, d_v and `chunk_size` in
                     {16, 32, 64, 128}; float32, bfloat16 or float16;
-        "auto"      the fastest correct method for the inputs: "triton" for causal attention
-                    on a CUDA device when the kernels apply, "chunked" otherwise.
+        "auto"      the fastest exact method for the inputs: "triton" for causal attention
+                    on a CUDA device when the kernels apply; on a CPU "parallel" for causal
+                    attention up to N = max(128, 2d) and "chunked" otherwise (measured:
+                    `python -m linattn_core.bench auto`).
 
     The denominator is not checked: features that can be negative (`feature_maps.identity`,
     odd-order `feature_maps.taylor`) can make φ(q_i)·z_i + eps close to zero and the output
@@ -212,14 +217,16 @@ def linear_attention(
         return _triton(
             phi_q, phi_k, v, causal=causal, normalize=normalize, chunk_size=chunk_size, eps=eps
         )
+    if method == "chunked" and causal:
+        return causal_chunked(phi_q, phi_k, v, normalize=normalize, eps=eps, chunk_size=chunk_size)
     if normalize:
         v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)  # (..., N, d_v + 1)
     if method == "parallel":
         out = _similarities(phi_q, phi_k, causal=causal) @ v
     elif method == "recurrent":
         out = _recurrent(phi_q, phi_k, v, causal=causal)
-    else:
-        out = _chunked(phi_q, phi_k, v, causal=causal, chunk_size=chunk_size)
+    else:  # chunked, not causal: every query sees the same state φ(K)ᵀV (..., d, d_v)
+        out = phi_q @ (phi_k.mT @ v)
     if not normalize:
         return out  # (..., N, d_v)
     numerator, denominator = out[..., :-1], out[..., -1:]  # (..., N, d_v), (..., N, 1)
@@ -229,12 +236,17 @@ def linear_attention(
 def _auto_method(phi_q, v, *, causal, chunk_size) -> str:
     """The method `method="auto"` runs: the one place where that choice is made.
 
-    On the CPU the chunked form is the fastest: large matrix products, no N×N matrix, no Python
-    loop over tokens. On a CUDA device causal attention runs the Triton kernels when triton is
-    installed and they take these shapes, dtype and chunk size; non-causal attention is two
-    matrix products either way.
+    On the CPU, causal attention runs the parallel form up to N = `parallel_up_to(d)` and the
+    chunked form beyond (`linattn_core.bench.auto`, measured in figures/auto_cpu.json: one
+    masked N × N product is faster for short sequences, the chunked walk from there on, forward
+    and backward);
+    non-causal attention is two matrix products, the chunked form. On a CUDA device causal
+    attention runs the Triton kernels when triton is installed and they take these shapes, dtype
+    and chunk size.
     """
     if phi_q.device.type != "cuda" or not causal:
+        if causal and phi_q.shape[-2] <= parallel_up_to(phi_q.shape[-1]):
+            return "parallel"
         return "chunked"
     try:
         from linattn_core.kernels import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS, SUPPORTED_DTYPES
@@ -247,6 +259,16 @@ def _auto_method(phi_q, v, *, causal, chunk_size) -> str:
         and chunk_size in SUPPORTED_CHUNK_SIZES
     )
     return "triton" if fits else "chunked"
+
+
+def parallel_up_to(d):
+    """The longest N for which `method="auto"` runs the parallel form of causal attention on a
+    CPU: max(128, 2d) (measured by `linattn_core.bench.auto`, committed in figures/auto_cpu.json).
+
+    >>> parallel_up_to(16), parallel_up_to(64), parallel_up_to(128)
+    (128, 128, 256)
+    """
+    return max(128, 2 * d)
 
 
 def _triton(phi_q, phi_k, v, **options):
@@ -270,38 +292,17 @@ def _similarities(phi_q, phi_k, *, causal):
 def _recurrent(phi_q, phi_k, v, *, causal):
     """Σ_j s_ij v_j through the state S_t = S_{t-1} + φ(k_t)ᵀ v_t, one token at a time.
 
-    The state is updated out of place, so autograd can differentiate through the loop; the
-    backward pass then keeps all N states, which is fine for the short sequences it teaches on.
+    The state is updated out of place and the output rows are stacked at the end (a write into
+    a preallocated output would make autograd copy the whole output at every step: O(N²) time
+    in the backward pass). The backward pass keeps all N states, O(N d d_v) memory, which is
+    fine for the sequences this form teaches on.
     """
     state = v.new_zeros(*v.shape[:-2], phi_k.shape[-1], v.shape[-1])  # (..., d, d_v)
-    out = v.new_empty(v.shape)  # (..., N, d_v), preallocated and filled row by row
+    rows = []
     for t in range(v.shape[-2]):
         state = torch.addcmul(state, phi_k[..., t, :, None], v[..., t, None, :])  # (..., d, d_v)
         if causal:
-            out[..., t, :] = (phi_q[..., t, None, :] @ state)[..., 0, :]  # (..., d_v)
-    return out if causal else phi_q @ state
-
-
-def _chunked(phi_q, phi_k, v, *, causal, chunk_size):
-    """Σ_j s_ij v_j as similarities within each chunk plus the state of all earlier chunks."""
+            rows.append((phi_q[..., t, None, :] @ state)[..., 0, :])  # (..., d_v)
     if not causal:
-        return phi_q @ (phi_k.mT @ v)  # one state φ(K)ᵀV (..., d, d_v) for every query
-    n = v.shape[-2]
-    chunk_size = max(1, min(chunk_size, n))  # no padding beyond N when one chunk covers it
-    q_chunks, k_chunks, v_chunks = (_split_chunks(x, chunk_size) for x in (phi_q, phi_k, v))
-    chunk_states = k_chunks.mT @ v_chunks  # (..., n_chunks, d, d_v)
-    # exclusive prefix sum over chunks: the state of all chunks before each one
-    past_states = F.pad(chunk_states.cumsum(dim=-3), (0, 0, 0, 0, 1, 0))[..., :-1, :, :]
-    intra = _similarities(q_chunks, k_chunks, causal=True) @ v_chunks  # (..., n_chunks, C, d_v)
-    inter = q_chunks @ past_states  # (..., n_chunks, C, d_v)
-    return (intra + inter).flatten(-3, -2)[..., :n, :]  # (..., N, d_v)
-
-
-def _split_chunks(x, chunk_size):
-    """(..., N, f) -> (..., n_chunks, C, f), zero-padding N up to a multiple of C.
-
-    Zero keys and values add nothing to any state, and outputs of padded queries are dropped.
-    """
-    n_chunks = -(-x.shape[-2] // chunk_size)
-    padded = F.pad(x, (0, 0, 0, n_chunks * chunk_size - x.shape[-2]))  # (..., n_chunks * C, f)
-    return padded.unflatten(-2, (n_chunks, chunk_size))
+        return phi_q @ state
+    return torch.stack(rows, dim=-2) if rows else v.new_empty(v.shape)  # (..., N, d_v)

@@ -30,20 +30,24 @@ __all__ = [
 ]
 
 
-def chunked_flops(n, d, d_v, chunk_size):
-    """Multiply-adds ×2 of causal chunked linear attention with chunk size C (normalized, so
-    the values carry a ones column, d_v + 1 wide):
+def chunked_flops(n, d, d_v, chunk_size, *, normalize=True):
+    """FLOPs in the matrix products of causal chunked linear attention (`linattn_core.chunked`),
+    2 per multiply-add, for chunks of C tokens and a ragged last chunk of r = N mod C:
 
-        F(C) = 2 N C (d + d_v + 1)        intra-chunk: C×C similarities and their product with V
-             + 4 N d (d_v + 1)            chunk states φ(K_c)ᵀV_c and the queries' inter-chunk term
-             + (N / C) d (d_v + 1)        the prefix sum of the chunk states
+        F(C) = 2 (N − r + r²/C) C (d + d_v)   intra-chunk: q kᵀ and its product with V
+             + 4 N d d_v                      chunk states Kᵀ V and the queries' q S
+             + 2 N d                          the queries' q·z (normalized only)
 
-    >>> chunked_flops(1024, 64, 64, 64) == 2 * 1024 * 64 * 129 + 4 * 1024 * 64 * 65 + 16 * 64 * 65
+    The rest is additions, not counted: the masked scores' row sums (N C), the key sums (N d) and
+    the prefix sums of the states (N d (d_v + 1) / C). F grows with C: it counts no per-chunk
+    overhead.
+
+    >>> chunked_flops(1024, 64, 64, 64) == 2 * 1024 * 64 * 128 + 4 * 1024 * 64 * 64 + 2 * 1024 * 64
     True
     """
-    return (
-        2 * n * chunk_size * (d + d_v + 1) + 4 * n * d * (d_v + 1) + n * d * (d_v + 1) / chunk_size
-    )
+    ragged = n % chunk_size
+    intra = 2 * ((n - ragged) * chunk_size + ragged * ragged) * (d + d_v)
+    return intra + 4 * n * d * d_v + (2 * n * d if normalize else 0)
 
 
 def fit_chunk_model(n, d, chunk_sizes, seconds):

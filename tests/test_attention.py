@@ -3,8 +3,10 @@ kernel_attention and online softmax attention against softmax_attention: outputs
 in float64, over odd shapes; the kernel facts and attention identities of chapter 1 behind them,
 and the FLOPs each form performs."""
 
+import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -436,21 +438,6 @@ def test_flop_formulas(n, d, d_v):
     assert matmul_flops(linear_attention, q, k, v, method="parallel") == parallel
 
 
-@pytest.mark.parametrize(("n", "chunk_size"), [(37, 8), (64, 16), (5, 64), (50, 1)])
-def test_causal_chunked_flop_formula(n, chunk_size):
-    d, d_v = 4, 3
-    q, k, v = random_qkv(n=n, d=d, d_v=d_v, positive=True)
-    c = min(chunk_size, n)
-    padded = c * math.ceil(n / c)
-    # within chunks: (C×d)(d×C) and (C×C)(C×(d_v+1)); across chunks: chunk states and queries
-    intra = 2 * padded * c * d + 2 * padded * c * (d_v + 1)
-    inter = 2 * padded * d * (d_v + 1) + 2 * padded * d * (d_v + 1)
-    flops = matmul_flops(
-        linear_attention, q, k, v, causal=True, method="chunked", chunk_size=chunk_size
-    )
-    assert flops == intra + inter
-
-
 # The notation page's translation rule: the column layout (tokens are columns) is the row layout
 # transposed.
 def test_row_and_column_layouts_are_transposes():
@@ -505,3 +492,39 @@ def test_long_causal_sequence_stays_in_linear_memory(method):
     peak_kib, error = out.split()
     assert int(peak_kib) * 1024 < PEAK_LIMIT_BYTES, f"{method}: peak RSS {int(peak_kib) >> 10} MiB"
     assert float(error) < 1e-10, f"{method}: relative error {error}"
+
+
+def test_auto_on_a_cpu_runs_the_measured_faster_form():
+    """figures/auto_cpu.json (python -m linattn_core.bench auto) times the parallel against the
+    chunked form over N and d; "auto" must pick the faster wherever they differ by 20%."""
+    from linattn_core.attention import _auto_method
+
+    committed = json.loads((Path(__file__).parent.parent / "figures" / "auto_cpu.json").read_text())
+    for r in committed["records"]:
+        q = torch.empty(1, r["n"], r["d"])
+        chosen = _auto_method(q, q, causal=True, chunk_size=64)
+        if r["ratio"] > 1.2:
+            assert chosen == "chunked", r
+        elif r["ratio"] < 1 / 1.2:
+            assert chosen == "parallel", r
+    long = torch.empty(1, 1000, 64)
+    assert _auto_method(long, long, causal=False, chunk_size=64) == "chunked"
+
+
+def test_the_recurrent_form_trains_in_linear_time():
+    """No whole-output copy per token in its backward pass: autograd records no CopySlices (the
+    node of a write into a slice, which copies the whole tensor when differentiated)."""
+    q, k, v = (x.requires_grad_() for x in random_qkv(2, n=50, d=4, d_v=3, positive=True))
+    out = linear_attention(q, k, v, causal=True, method="recurrent")
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        assert type(node).__name__ != "CopySlices"
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    reference = linear_attention(q, k, v, causal=True, method="parallel")
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    for got, want in zip(grads, torch.autograd.grad(reference.sum(), (q, k, v)), strict=True):
+        assert_close(got, want, rtol=1e-12)

@@ -36,13 +36,23 @@ def test_crossover_length():
     assert crossover_length(64, 64, taylor_dim(64, 2)) == pytest.approx((65**2) * 66 / 128)
 
 
-def test_chunked_flops_count_the_chunked_form():
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize(("n", "chunk_size"), [(1024, 64), (37, 8), (64, 16), (5, 64), (50, 1)])
+def test_chunked_flops_count_the_chunked_form(n, chunk_size, normalize):
     from linattn_core.costs import chunked_flops
 
-    q, k, v = random_qkv(n=1024, d=64, positive=True)
-    counted = matmul_flops(linear_attention, q, k, v, causal=True, method="chunked", chunk_size=64)
-    prefix_sum = 1024 // 64 * 64 * 65  # (N / C) d (d_v + 1): additions, not matrix products
-    assert counted == chunked_flops(1024, 64, 64, 64) - prefix_sum
+    q, k, v = random_qkv(2, n=n, d=4, d_v=3, positive=True)
+    counted = matmul_flops(
+        linear_attention,
+        q,
+        k,
+        v,
+        causal=True,
+        normalize=normalize,
+        method="chunked",
+        chunk_size=chunk_size,
+    )
+    assert counted == 2 * chunked_flops(n, 4, 3, chunk_size, normalize=normalize)
 
 
 @pytest.mark.parametrize(("peak", "bandwidth"), [(989e12, 3.35e12), (100e9, 10e9)])

@@ -1,8 +1,10 @@
-"""Command line of the benchmarks: `python -m linattn_core.bench {complexity,plot,gpu} ...`.
+"""Command line of the benchmarks: `python -m linattn_core.bench {complexity,plot,gpu,peers,auto}`.
 
     complexity  time and memory of each method over N = powers of two in [--min-n, --max-n]
     plot        a results file as time and memory against N, log-log, with fitted slopes
     gpu         the Triton kernel against torch, SDPA's backends and FLA on a CUDA device
+    peers       causal linear attention on the CPU against the peer libraries (`bench.peers`)
+    auto        parallel against chunked on the CPU over N and d: what method="auto" runs
 
 Results are JSON: {"provenance": {...}, "settings": {...}, "records": [...]} for complexity
 (records as documented in `linattn_core.bench.complexity`), {"provenance", "roofline",
@@ -77,6 +79,20 @@ def _parser():
     )
     gpu.add_argument("--no-progress", action="store_true")
     gpu.set_defaults(command_function=_gpu)
+
+    peers = commands.add_parser("peers", help="CPU linear attention against peer libraries")
+    peers.add_argument("--ns", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    peers.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    peers.add_argument("--rounds", type=int, default=5, help="timed rounds per point")
+    peers.add_argument(
+        "--max-seconds", type=float, default=20, help="time a slower first call only once"
+    )
+    peers.add_argument("--json", required=True, help="output file")
+    peers.set_defaults(command_function=_peers)
+
+    auto = commands.add_parser("auto", help='what method="auto" runs on a CPU, measured')
+    auto.add_argument("--json", required=True, help="output file")
+    auto.set_defaults(command_function=_auto)
     return parser
 
 
@@ -153,6 +169,32 @@ def _gpu(arguments):
     results = gpu_benchmark(shapes=shapes, modes=modes, progress=not arguments.no_progress)
     _write(arguments.json, results)
     print(f"wrote {len(results['rows'])} rows to {arguments.json}")
+
+
+def _peers(arguments):
+    from linattn_core.bench.peers import run
+
+    for value in (*arguments.ns, *arguments.threads, arguments.rounds):
+        check_positive_int("peers", "--ns, --threads and --rounds", value)
+    header = provenance("cpu")
+    results = run(
+        arguments.ns, arguments.threads, rounds=arguments.rounds, max_seconds=arguments.max_seconds
+    )
+    header["cpu_pressure_avg10_end"] = provenance("cpu")["cpu_pressure_avg10"]
+    _write(arguments.json, {"provenance": header} | results)
+    print(f"wrote {len(results['records'])} records to {arguments.json}")
+    if results["missing"]:
+        print("left out: " + "; ".join(f"{k} ({v})" for k, v in results["missing"].items()))
+
+
+def _auto(arguments):
+    from linattn_core.bench.auto import measure
+
+    header = provenance("cpu")
+    records = measure()
+    header["cpu_pressure_avg10_end"] = provenance("cpu")["cpu_pressure_avg10"]
+    _write(arguments.json, {"provenance": header, "records": records})
+    print(f"wrote {len(records)} records to {arguments.json}")
 
 
 def _write(path, data):

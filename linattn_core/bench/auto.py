@@ -1,0 +1,62 @@
+"""What `linear_attention(method="auto")` chooses on a CPU, measured: the parallel form against
+the chunked form over N and d.
+
+    python -m linattn_core.bench auto --json figures/auto_cpu.json
+
+For short sequences one masked N × N product beats the chunked form's walk (its segments, chunks
+and prefix sums cost a fixed overhead); from some N on the quadratic work loses. Both are exact,
+so "auto" takes the faster; the recurrent form, a loop over tokens, is never the faster. The
+rule it supports is `linattn_core.attention.parallel_up_to`. Measured: causal, normalized,
+float32, 8 heads, one thread, the forward pass and the forward and backward pass, medians;
+`ratio` is parallel / chunked (above 1: chunked is faster).
+"""
+
+import statistics
+import time
+
+import torch
+
+from linattn_core import linear_attention
+
+NS = (32, 64, 128, 256, 512, 1024)
+DS = (16, 32, 64, 128)
+HEADS = 8
+
+
+def _seconds(method, n, d, backward, rounds):
+    q, k, v = (torch.rand(1, HEADS, n, d, requires_grad=backward) for _ in range(3))
+
+    def once():
+        out = linear_attention(q, k, v, causal=True, method=method)
+        if backward:
+            out.sum().backward()
+
+    once()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(ns=NS, ds=DS, *, rounds=7):
+    """One record per (d, N, pass): median seconds of both forms and their ratio."""
+    torch.set_num_threads(1)
+    records = []
+    for d in ds:
+        for n in ns:
+            for backward in (False, True):
+                parallel = _seconds("parallel", n, d, backward, rounds)
+                chunked = _seconds("chunked", n, d, backward, rounds)
+                records.append(
+                    {
+                        "d": d,
+                        "n": n,
+                        "pass": "fwd+bwd" if backward else "fwd",
+                        "parallel_ms": 1e3 * parallel,
+                        "chunked_ms": 1e3 * chunked,
+                        "ratio": parallel / chunked,
+                    }
+                )
+    return records
