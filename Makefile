@@ -13,10 +13,10 @@ PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
 
 .PHONY: help book serve test lint unit unit-fast gpu-compile nbval nbval-portable build-clean browser notebooks \
-        lab assets venv chromium constraints clean gpu kernels-report
+        lab assets venv chromium constraints clean gpu kernels-report peers
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile nbval nbval-portable browser notebooks lab gpu kernels-report assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile nbval nbval-portable browser notebooks lab gpu kernels-report peers assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -100,6 +100,24 @@ $(FLA): | venv
 	$(BIN)/pip install --quiet --no-deps --target .fla fla-core==0.6.0 einops==0.8.2
 	@touch $@
 
+# The CPU comparison with the peer libraries that the scaling chapter shows
+# (figures/peers_cpu.json, about 40 minutes on 2 cores). The peers live in an environment of their
+# own, .peers/, never as dependencies of the package: pytorch-fast-transformers built for the CPU
+# (about 12 minutes; nvcc kept off PATH so that it compiles no CUDA code), fla-core and
+# performer-pytorch without their dependencies.
+PEERS := .peers/.installed
+peers: $(PEERS)
+	.peers/bin/python -m linattn_core.bench peers --json figures/peers_cpu.json
+$(PEERS): constraints.txt
+	@test -x .peers/bin/python || $(PYTHON) -m venv .peers
+	.peers/bin/pip install --quiet torch==2.13.0 numpy tqdm setuptools wheel -c constraints.txt
+	PATH=$(CURDIR)/.peers/bin:/usr/bin:/bin MAX_JOBS=2 .peers/bin/pip install --quiet \
+	    --no-build-isolation pytorch-fast-transformers==0.4.0
+	.peers/bin/pip install --quiet --no-deps fla-core==0.6.0 einops==0.8.2 performer-pytorch==1.1.4 \
+	    local-attention==1.9.0 axial-positional-embedding==0.3.12
+	.peers/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
 # --- checks -------------------------------------------------------------------------------
 test: venv assets chromium
 	$(MAKE) --no-print-directory lint unit gpu-compile nbval nbval-portable book browser
@@ -135,4 +153,4 @@ gpu-compile: venv
 	$(PY) -m linattn_core.kernels.compile
 
 clean:
-	rm -rf _build _assets node_modules package-lock.json .pytest_cache .ruff_cache .hypothesis .fla
+	rm -rf _build _assets node_modules package-lock.json .pytest_cache .ruff_cache .hypothesis .fla .peers

@@ -166,8 +166,9 @@ def linear_attention(
                     accumulates the full state first and then applies it to every query;
         "chunked"   causal: the parallel form inside chunks of `chunk_size` tokens plus the
                     running state of the earlier chunks (N need not be a multiple of
-                    `chunk_size`); non-causal: every query sees the same state φ(K)ᵀV, computed
-                    in one product;
+                    `chunk_size`), walked in segments with a backward pass of its own, so that
+                    it adds its output and one segment's temporaries (`linattn_core.chunked`);
+                    non-causal: every query sees the same state φ(K)ᵀV, computed in one product;
         "triton"    the Triton kernels of `linattn_core.kernels` (causal: chunked kernels,
                     forward and backward; non-causal: two matrix products); CUDA tensors, or
                     CPU tensors under TRITON_INTERPRET=1; d, d_v and `chunk_size` in

@@ -59,19 +59,29 @@ class CausalChunked(torch.autograd.Function):
                 rden[:, start:stop] = r.flatten(1)
             out[:, start:stop] = o.flatten(1, 2)
             state, key_sum = states[:, -1], key_sums[:, -1]
-        ctx.save_for_backward(q, k, v, out, rden)
-        ctx.starts, ctx.chunk_size = starts, chunk_size
+        # saved through autograd, so that saved-tensor hooks see (and count) everything kept
+        ctx.save_for_backward(
+            q,
+            k,
+            v,
+            out,
+            rden,
+            torch.stack([s for s, _ in starts]),
+            torch.stack([z for _, z in starts]),
+        )
+        ctx.chunk_size = chunk_size
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, rden = ctx.saved_tensors
+        q, k, v, out, rden, start_states, start_sums = ctx.saved_tensors
         heads, n, d = q.shape
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         later = q.new_zeros(heads, d, v.shape[-1])  # D: Σ q_iᵀ ĝ_i over the later segments
         later_sum = q.new_zeros(heads, d)  # y: Σ â_i q_i over the later segments
-        pieces = list(zip(segments(heads, n, ctx.chunk_size), ctx.starts, strict=True))
-        for (start, stop, size), (state, key_sum) in reversed(pieces):
+        pieces = list(enumerate(segments(heads, n, ctx.chunk_size)))
+        for index, (start, stop, size) in reversed(pieces):
+            state, key_sum = start_states[index], start_sums[index]
             qc, kc, vc, gc = (_chunks(x, start, stop, size) for x in (q, k, v, grad))
             a = None
             if rden is not None:

@@ -12,6 +12,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from linattn_core.attention import linear_attention
+from linattn_core.chunked import segments
 
 __all__ = [
     "CHUNK_SIZE",
@@ -74,17 +75,18 @@ def fit_chunk_model(n, d, chunk_sizes, seconds):
 
 
 def chunked_peak_bytes(n, d, chunk_size, itemsize=4):
-    """Estimated memory one call of causal chunked linear attention needs beyond its inputs
-    `(n, d)` (d_v = d), chunk size C: padded q, k, v chunks, C×C similarities per chunk, the
-    intra-chunk, inter-chunk, summed and output rows, and the chunk states, their prefix sums and
-    the shifted copy. Errs on the large side (the memory guard's estimate).
+    """Estimated memory one call of causal chunked linear attention (`linattn_core.chunked`) needs
+    beyond its inputs `(n, d)` (one head, d_v = d), chunk size C: the output and ρ, and one
+    segment's temporaries (its q, k, v chunks, the C×C similarities, three partial outputs, the
+    chunk states and their prefix sums). Errs on the large side (the memory guard's estimate).
 
-    >>> chunked_peak_bytes(4096, 64, 64) == 4096 * (3 * 64 + 64 + 5 * 65) * 4 + 3 * 64 * 64 * 65 * 4
+    >>> output, segment = 4096 * 65, 4096 * (6 * 64 + 64) + 3 * 66 * 64 * 65
+    >>> chunked_peak_bytes(4096, 64, 64) == (output + segment) * 4
     True
     """
-    n_chunks = -(-n // chunk_size)
-    per_token = 3 * d + chunk_size + 5 * (d + 1)
-    return n_chunks * chunk_size * per_token * itemsize + 3 * n_chunks * d * (d + 1) * itemsize
+    longest = max((stop - start for start, stop, _ in segments(1, n, chunk_size)), default=0)
+    per_segment = longest * (6 * d + chunk_size) + 3 * (longest // chunk_size + 2) * d * (d + 1)
+    return (n * (d + 1) + per_segment) * itemsize
 
 
 def softmax_flops(n, d, d_v):

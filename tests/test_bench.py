@@ -263,3 +263,42 @@ def test_delta_rule_methods_agree_and_the_kernel_is_left_out_on_the_cpu():
     for name in ("delta_recurrent", "delta_chunked", "delta_triton"):  # linear in N
         ratio = estimate_peak_bytes(name, 2**16, 64) / estimate_peak_bytes(name, 2**15, 64)
         assert 1.5 < ratio < 2.1, (name, ratio)
+
+
+def test_peers_compares_what_imports_and_names_what_does_not():
+    from linattn_core.bench import peers
+
+    found, missing = peers.available()
+    assert {"ours", "sdpa"} <= set(found)
+    assert set(found) | set(missing) == set(peers.IMPLEMENTATIONS)
+    assert all(reason for reason in missing.values())  # why a peer was left out
+    errors = peers.agreement(list(found))
+    assert "sdpa" not in errors  # softmax: a different function
+    assert max(errors["ours"].values()) < 1e-5
+
+
+@pytest.mark.slow
+def test_peers_command_writes_time_memory_and_first_calls(tmp_path):
+    from linattn_core.bench.peers import ratios
+
+    path = tmp_path / "peers.json"
+    main(["peers", "--ns", "128", "256", "--threads", "1", "--rounds", "1", "--json", str(path)])
+    results = json.loads(path.read_text())
+    assert {"provenance", "implementations", "missing", "agreement", "records"} <= set(results)
+    records = results["records"]
+    for name in results["implementations"]:
+        mine = [r for r in records if r["name"] == name]
+        assert {(r["pass"], r["n"]) for r in mine} == {
+            (p, n) for p in ("fwd", "fwd+bwd") for n in (128, 256)
+        }
+        assert all(r["median_ms"] > 0 and r["peak_bytes"] > 0 for r in mine)
+        assert all("first_ms" in r for r in mine if r["n"] == 256)
+    assert ratios(records)[1, "fwd", 256]["ours"] == 1
+
+
+def test_committed_peer_comparison_checked_every_peer_first():
+    committed = json.loads((ROOT / "figures" / "peers_cpu.json").read_text())
+    assert set(committed["agreement"]) == {"ours", "fast_transformers", "fla_naive", "performer"}
+    for errors in committed["agreement"].values():
+        assert max(errors.values()) < 1e-5
+    assert {r["n"] for r in committed["records"]} >= {4096, 16384}

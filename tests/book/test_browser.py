@@ -122,3 +122,14 @@ def test_page_fits_a_phone_without_sideways_scrolling(server, phone_page, page_p
     phone_page.goto(f"{server}/{page_path}", wait_until="load")
     width = phone_page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"{page_path} is {width} px wide on a {PHONE['width']} px phone"
+
+
+def test_bibliography_labels_read_like_the_citations():
+    """The text cites "Katharopoulos et al. (2020)"; the bibliography entry it links to must be
+    labelled the same way, not [1] (_ext/author_year.py)."""
+    page = (HTML / "chapters" / "bibliography.html").read_text()
+    labels = re.findall(r'<span class="label"><span class="fn-bracket">\[</span>(.*?)<', page)
+    assert labels, "no bibliography labels found"
+    assert "Katharopoulos et al., 2020" in labels
+    assert not [label for label in labels if label.isdigit()]
+    assert len(set(labels)) == len(labels)
