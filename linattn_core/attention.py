@@ -293,17 +293,26 @@ def _similarities(phi_q, phi_k, *, causal):
 def _recurrent(phi_q, phi_k, v, *, causal):
     """Σ_j s_ij v_j through the state S_t = S_{t-1} + φ(k_t)ᵀ v_t, one token at a time.
 
-    The state is updated out of place and the output rows are stacked at the end (a write into
-    a preallocated output would make autograd copy the whole output at every step: O(N²) time
-    in the backward pass). The backward pass keeps all N states, O(N d d_v) memory, which is
-    fine for the sequences this form teaches on.
+    The state is updated out of place, so autograd can differentiate through the loop; the
+    backward pass then keeps all N states, O(N d d_v) memory, fine for the sequences this form
+    teaches on. Each output row is written into the output when nothing is differentiated, and
+    stacked at the end when something is: written rows would make autograd copy the whole output
+    at every step (O(N²) time in the backward pass), stacked ones would fragment the heap with N
+    small tensors between the freed states when nothing needs them.
     """
     state = v.new_zeros(*v.shape[:-2], phi_k.shape[-1], v.shape[-1])  # (..., d, d_v)
-    rows = []
+    training = torch.is_grad_enabled() and any(x.requires_grad for x in (phi_q, phi_k, v))
+    out, rows = (None, []) if training else (v.new_empty(v.shape), None)  # (..., N, d_v)
     for t in range(v.shape[-2]):
         state = torch.addcmul(state, phi_k[..., t, :, None], v[..., t, None, :])  # (..., d, d_v)
         if causal:
-            rows.append((phi_q[..., t, None, :] @ state)[..., 0, :])  # (..., d_v)
+            row = (phi_q[..., t, None, :] @ state)[..., 0, :]  # (..., d_v)
+            if training:
+                rows.append(row)
+            else:
+                out[..., t, :] = row
     if not causal:
         return phi_q @ state
-    return torch.stack(rows, dim=-2) if rows else v.new_empty(v.shape)  # (..., N, d_v)
+    if not training:
+        return out
+    return torch.stack(rows, dim=-2) if rows else v.new_empty(v.shape)

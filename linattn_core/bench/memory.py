@@ -140,6 +140,12 @@ class CpuMemoryProbe:
             stderr=subprocess.PIPE,
             text=True,
         )
+        # Wait for the imports (seconds of CPU): a probe still starting would slow the timings
+        # that run beside it.
+        ready = self._server.stdout.readline().strip()
+        if ready != "ready":
+            error = self._server.stderr.read()
+            raise RuntimeError(f"CpuMemoryProbe: the measuring process did not start:\n{error}")
         return self
 
     def measure(self, method, n, d, *, causal, dtype):
@@ -173,6 +179,7 @@ _FORK_SERVER = """
 import json, os, sys
 from linattn_core.bench.memory import _child
 
+print("ready", flush=True)  # imports done: nothing of this process competes with timings now
 for line in sys.stdin:
     readable, writable = os.pipe()
     pid = os.fork()
