@@ -225,8 +225,8 @@ class ChunkSizeExplorer(Explorer):
     >>> explorer.n.value, explorer.chunk_range.value = 2**16, (16, 64)
     >>> records = explorer.measure()  # 1 MiB is far too little: nothing runs
     >>> [r["skipped"] for r in records]
-    ['needs ~0.592 GB > budget 0.00105 GB', 'needs ~0.445 GB > budget 0.00105 GB', \
-'needs ~0.381 GB > budget 0.00105 GB']
+    ['needs ~0.217 GB > budget 0.00105 GB', 'needs ~0.141 GB > budget 0.00105 GB', \
+'needs ~0.117 GB > budget 0.00105 GB']
     >>> [r["median_ms"] for r in records]
     [None, None, None]
     """

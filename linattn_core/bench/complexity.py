@@ -86,7 +86,7 @@ def complexity(
     ...     print(r["method"], r["n"], r["median_ms"] is not None, r["skipped"])
     linear_chunked_causal 256 True None
     softmax_naive_causal 256 True None
-    linear_chunked_causal 16777216 False needs ~97.4 GB > budget 1.07 GB
+    linear_chunked_causal 16777216 False needs ~25.9 GB > budget 1.07 GB
     softmax_naive_causal 16777216 False needs ~5.49e+06 GB > budget 1.07 GB
     """
     fn = "complexity"
