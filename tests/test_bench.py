@@ -93,7 +93,10 @@ def test_records_grow_with_n(cli_results):
     records = cli_results[0]["records"]
     for method in ("softmax_naive_causal", "linear_chunked_causal"):
         peaks = [r["peak_bytes"] for r in records if r["method"] == method and r["peak_bytes"]]
-        assert peaks == sorted(peaks) and peaks[-1] > peaks[0], method
+        # never shrinking by more than the allocator's noise: at a few MiB (linear_chunked at
+        # small N) fixed buffers dominate and two points can swap by a few percent
+        assert all(b >= 0.95 * a for a, b in zip(peaks, peaks[1:])), (method, peaks)
+        assert peaks[-1] > 2 * peaks[0], method
     softmax = {r["n"]: r["peak_bytes"] for r in records if r["method"] == "softmax_naive_causal"}
     matrix = 1024 * 1024 * 4
     assert 2 * matrix <= softmax[1024] < 5 * matrix  # scores, masked scores, probabilities
