@@ -2,6 +2,7 @@
 the memory guard skips points without running them, figures are drawn, and the GPU command
 refuses to run without CUDA."""
 
+import itertools
 import json
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_records_grow_with_n(cli_results):
         peaks = [r["peak_bytes"] for r in records if r["method"] == method and r["peak_bytes"]]
         # never shrinking by more than the allocator's noise: at a few MiB (linear_chunked at
         # small N) fixed buffers dominate and two points can swap by a few percent
-        assert all(b >= 0.95 * a for a, b in zip(peaks, peaks[1:])), (method, peaks)
+        assert all(b >= 0.95 * a for a, b in itertools.pairwise(peaks)), (method, peaks)
         assert peaks[-1] > 2 * peaks[0], method
     softmax = {r["n"]: r["peak_bytes"] for r in records if r["method"] == "softmax_naive_causal"}
     matrix = 1024 * 1024 * 4
