@@ -133,3 +133,40 @@ def test_bibliography_labels_read_like_the_citations():
     assert "Katharopoulos et al., 2020" in labels
     assert not [label for label in labels if label.isdigit()]
     assert len(set(labels)) == len(labels)
+
+
+EXPLORE = """async (root) => {
+  // Every option of every control: the caption must name the chosen settings, and the frame
+  // must change when a control does (each control changes something).
+  const selects = [...root.querySelectorAll("select")];
+  const titles = [...root.querySelectorAll("label")].map((l) => l.firstChild.textContent.trim());
+  const problems = [];
+  for (const [i, select] of selects.entries()) {
+    let changed = false;
+    const first = root.querySelector(".explorable-frame").innerHTML;
+    for (const option of [...select.options]) {
+      select.value = option.value;
+      select.dispatchEvent(new Event("change"));
+      const caption = root.querySelector(".explorable-caption").textContent;
+      const expected = selects.map((s, j) => titles[j] + " = " + s.options[s.selectedIndex].text);
+      if (caption !== expected.join(", ")) problems.push(`caption "${caption}"`);
+      if (root.querySelector(".explorable-frame").innerHTML !== first) changed = true;
+    }
+    if (!changed) problems.push(`control ${titles[i]} changes nothing`);
+    select.selectedIndex = 0;
+    select.dispatchEvent(new Event("change"));
+  }
+  return problems;
+}"""
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_every_control_of_a_static_figure_changes_it(server, offline_page, page_path):
+    """The book's interactive figures work without a kernel: moving any control shows the
+    precomputed result of that setting, captioned with it."""
+    page, problems = offline_page
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    for figure in page.query_selector_all(".explorable"):
+        assert figure.query_selector("select"), "a static figure without controls"
+        problems += figure.evaluate(EXPLORE)
+    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)

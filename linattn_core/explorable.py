@@ -1,0 +1,189 @@
+"""An interactive figure that works with a running kernel and without one.
+
+`explorable(function, **controls)` is `ipywidgets.interactive` for the live notebook, and it also
+carries the book's static version: `function` is run once for every combination of the
+controls' stops when the notebook is executed, and the results (printed text and figures) are
+stored as frames in self-contained HTML behind plain HTML controls. In JupyterLab the live widget
+renders (its mime type outranks HTML); the built book prefers the HTML (`_config.yml` ranks the
+widget view after it), so every control of the static page shows the exact result for that
+setting, with no kernel and no network.
+
+A control is `(widget, stops)`: the ipywidgets control of the live version and the values the
+static version offers (None: all options of a dropdown, toggle or selection slider, or every
+value of an integer slider). Figures are PNGs at twice the displayed resolution, in 64 colours.
+"""
+
+import base64
+import contextlib
+import html
+import io
+import itertools
+import json
+import zlib
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from PIL import Image
+
+__all__ = ["Explorable", "explorable"]
+
+MAX_FRAMES = 200  # combinations a static figure may precompute
+
+
+def explorable(function, **controls):
+    """The interactive figure of `function` with these controls: name → (widget, stops)."""
+    return Explorable(function, controls)
+
+
+class Explorable:
+    """Live ipywidgets controls with a precomputed static twin (see the module docstring)."""
+
+    def __init__(self, function, controls):
+        self.function = function
+        self.controls = {
+            name: (widget, _stops(name, widget, stops))
+            for name, (widget, stops) in controls.items()
+        }
+        count = 1
+        for _, stops in self.controls.values():
+            count *= len(stops)
+        if count > MAX_FRAMES:
+            raise ValueError(
+                f"explorable: {count} combinations of stops; at most {MAX_FRAMES} are precomputed"
+            )
+        self.widget = widgets.interactive(
+            function, **{name: widget for name, (widget, _) in self.controls.items()}
+        )
+        self._html = None
+
+    def frames(self):
+        """[(caption, HTML of what `function` printed and drew)] for every combination, the
+        last control varying fastest."""
+        names, titles = list(self.controls), _titles(self)
+        found = []
+        for combination in itertools.product(*(stops for _, stops in self.controls.values())):
+            values = dict(zip(names, (value for _, value in combination), strict=True))
+            caption = ", ".join(
+                f"{title} = {label}" for title, (label, _) in zip(titles, combination, strict=True)
+            )
+            found.append((caption, _run(self.function, values, caption)))
+        return found
+
+    def static_html(self):
+        """Self-contained HTML: one control per parameter, the frame of the chosen setting."""
+        if self._html is None:
+            self._html = _page(self)
+        return self._html
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        return bundle | {"text/html": self.static_html()}
+
+
+def _stops(name, widget, stops):
+    """[(label, value)] of the static control."""
+    if stops is None:
+        if hasattr(widget, "options") and widget.options:
+            options = widget.options
+            pairs = options.items() if isinstance(options, dict) else options
+            return [pair if isinstance(pair, tuple) else (str(pair), pair) for pair in pairs]
+        if isinstance(widget, widgets.IntSlider):
+            return [(str(v), v) for v in range(widget.min, widget.max + 1, widget.step)]
+        if isinstance(widget, widgets.Checkbox):
+            return [("off", False), ("on", True)]
+        raise ValueError(f"explorable: give the stops of the static control {name!r}")
+    labels = dict(_stops(name, widget, None)) if hasattr(widget, "options") else {}
+    inverse = {value: label for label, value in labels.items()}
+    return [(inverse.get(v, _label(v)), v) for v in stops]
+
+
+def _label(value):
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _run(function, values, caption):
+    """What `function(**values)` prints and draws, as HTML."""
+    text, images, before = io.StringIO(), [], set(plt.get_fignums())
+
+    def show(*args, **kwargs):  # every figure it drew becomes a PNG at twice its resolution
+        for number in sorted(set(plt.get_fignums()) - before):
+            figure = plt.figure(number)
+            full = io.BytesIO()
+            figure.savefig(full, format="png", dpi=2 * figure.dpi, bbox_inches="tight")
+            png = io.BytesIO()  # line art in 64 colours: a third of the bytes, the same look
+            Image.open(full).convert("RGB").quantize(colors=64).save(png, "PNG", optimize=True)
+            width = figure.get_size_inches()[0] * figure.dpi
+            images.append((base64.b64encode(png.getvalue()).decode(), width))
+            plt.close(figure)
+
+    original = plt.show
+    plt.show = show
+    try:
+        with contextlib.redirect_stdout(text):
+            function(**values)
+        show()
+    finally:
+        plt.show = original
+    parts = [f"<pre>{html.escape(text.getvalue())}</pre>"] if text.getvalue() else []
+    parts += [
+        f'<img src="data:image/png;base64,{data}" style="width: {width:.0f}px; max-width: 100%"'
+        f' alt="{html.escape(caption)}">'
+        for data, width in images
+    ]
+    return "".join(parts)
+
+
+def _page(figure):
+    frames = figure.frames()
+    names = _titles(figure)
+    uid = f"explorable-{zlib.crc32(''.join(f for _, f in frames).encode()):08x}"
+    rows, sizes, start = [], [], []
+    for title, (name, (widget, stops)) in zip(names, figure.controls.items(), strict=True):
+        current = min(range(len(stops)), key=lambda i: _distance(stops[i][1], widget.value))
+        sizes.append(len(stops))
+        start.append(current)
+        options = "".join(
+            f'<option value="{i}"{" selected" if i == current else ""}>{html.escape(text)}</option>'
+            for i, (text, _) in enumerate(stops)
+        )
+        rows.append(
+            f'<label style="margin-right: 1em">{html.escape(title)} '
+            f'<select data-name="{html.escape(name)}">{options}</select></label>'
+        )
+    labels = [[text for text, _ in stops] for _, stops in figure.controls.values()]
+    index = 0
+    for size, position in zip(sizes, start, strict=True):
+        index = index * size + position
+    return f"""<div class="explorable" id="{uid}">
+<div class="explorable-controls">{"".join(rows)}</div>
+<div class="explorable-note" style="font-size: 0.85em; color: #555">Precomputed for every
+setting when the notebook was executed; in Jupyter the controls run live.</div>
+<div class="explorable-caption" style="font-size: 0.85em">{html.escape(frames[index][0])}</div>
+<div class="explorable-frame">{frames[index][1]}</div>
+<script>(function () {{
+  const root = document.getElementById("{uid}");
+  const frames = {json.dumps([f for _, f in frames])};
+  const sizes = {json.dumps(sizes)}, names = {json.dumps(names)}, labels = {json.dumps(labels)};
+  const selects = [...root.querySelectorAll("select")];
+  function update() {{
+    let index = 0;
+    selects.forEach((select, i) => {{ index = index * sizes[i] + Number(select.value); }});
+    root.querySelector(".explorable-frame").innerHTML = frames[index];
+    root.querySelector(".explorable-caption").textContent = selects
+      .map((select, i) => names[i] + " = " + labels[i][Number(select.value)]).join(", ");
+  }}
+  selects.forEach((select) => select.addEventListener("change", update));
+}})();</script>
+</div>"""
+
+
+def _titles(figure):
+    """What each control is called on the page: its description, or its parameter's name."""
+    return [widget.description or name for name, (widget, _) in figure.controls.items()]
+
+
+def _distance(stop, value):
+    try:
+        return abs(stop - value)
+    except TypeError:
+        return 0 if stop == value else 1
