@@ -170,3 +170,23 @@ def test_every_control_of_a_static_figure_changes_it(server, offline_page, page_
         assert figure.query_selector("select"), "a static figure without controls"
         problems += figure.evaluate(EXPLORE)
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+def test_proof_index_is_linked_and_lists_titles_by_chapter():
+    """The index of definitions, theorems and proofs (_ext/proof_index.py) is reachable from the
+    introduction and names each entry by kind and title under its chapter, not by raw label."""
+    assert 'href="prf-prf.html"' in (HTML / "intro.html").read_text()
+    page = (HTML / "prf-prf.html").read_text()
+    chapters = re.findall(r'<tr class="cap"[^>]*><td></td><td>\s*<strong>([^<]+)</strong>', page)
+    assert chapters[0] == "From softmax attention to kernels" and len(chapters) >= 8
+    names = re.findall(r'<code class="xref">([^<]+)</code></a>\s*<em>\(([^)]+)\)</em>', page)
+    assert ("Definition: Kernel, feature map, Gram matrix", "def-kn-kernel") in names
+    assert all(name.split(":")[0] in KINDS for name, _ in names), names[:5]
+    assert not [name for name, _ in names if "$" in name or "\\" in name]  # no raw TeX
+
+
+KINDS = {
+    "Definition", "Theorem", "Lemma", "Proposition", "Corollary", "Remark", "Example",
+    "Algorithm", "Axiom", "Conjecture", "Criterion", "Observation", "Property", "Assumption",
+    "Notation", "Proof",
+}  # fmt: skip
