@@ -185,6 +185,14 @@ def test_proof_index_is_linked_and_lists_titles_by_chapter():
     assert not [name for name, _ in names if "$" in name or "\\" in name]  # no raw TeX
 
 
+def test_index_of_terms_is_linked_and_filled():
+    """The general index lists the book's key terms (``{index}`` directives in the chapters)."""
+    assert 'href="genindex.html"' in (HTML / "intro.html").read_text()
+    page = (HTML / "genindex.html").read_text()
+    terms = re.findall(r'<a href="chapters/[^"]+#index-\d+">([^<]+)</a>', page)
+    assert len(terms) >= 40 and "Gram matrix" in terms and "roofline model" in terms
+
+
 KINDS = {
     "Definition", "Theorem", "Lemma", "Proposition", "Corollary", "Remark", "Example",
     "Algorithm", "Axiom", "Conjecture", "Criterion", "Observation", "Property", "Assumption",
