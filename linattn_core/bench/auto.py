@@ -7,23 +7,22 @@ For short sequences one masked N × N product beats the chunked form's walk (its
 and prefix sums cost a fixed overhead); from some N on the quadratic work loses. Both are exact,
 so "auto" takes the faster; the recurrent form, a loop over tokens, is never the faster. The
 rule it supports is `linattn_core.attention.parallel_up_to`. Measured: causal, normalized,
-float32, 8 heads, one thread, the forward pass and the forward and backward pass, medians;
-`ratio` is parallel / chunked (above 1: chunked is faster).
+float32, 8 heads, one thread, the forward pass and the forward and backward pass, interleaved
+medians (`timing.median_times`); `ratio` is parallel / chunked (above 1: chunked is faster).
 """
-
-import statistics
-import time
 
 import torch
 
 from linattn_core import linear_attention
+from linattn_core.timing import median_times
 
 NS = (32, 64, 128, 256, 512, 1024)
 DS = (16, 32, 64, 128)
 HEADS = 8
 
 
-def _seconds(method, n, d, backward, rounds):
+def _call(method, n, d, backward):
+    """One call of `method` on fresh inputs, with its backward pass when `backward`."""
     q, k, v = (torch.rand(1, HEADS, n, d, requires_grad=backward) for _ in range(3))
 
     def once():
@@ -31,13 +30,7 @@ def _seconds(method, n, d, backward, rounds):
         if backward:
             out.sum().backward()
 
-    once()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return once
 
 
 def measure(ns=NS, ds=DS, *, rounds=7):
@@ -47,8 +40,9 @@ def measure(ns=NS, ds=DS, *, rounds=7):
     for d in ds:
         for n in ns:
             for backward in (False, True):
-                parallel = _seconds("parallel", n, d, backward, rounds)
-                chunked = _seconds("chunked", n, d, backward, rounds)
+                calls = {m: _call(m, n, d, backward) for m in ("parallel", "chunked")}
+                times = median_times(calls, repeats=rounds)
+                parallel, chunked = times["parallel"], times["chunked"]
                 records.append(
                     {
                         "d": d,
