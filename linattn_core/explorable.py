@@ -10,7 +10,10 @@ setting, with no kernel and no network.
 
 A control is `(widget, stops)`: the ipywidgets control of the live version and the values the
 static version offers (None: all options of a dropdown, toggle or selection slider, or every
-value of an integer slider). Figures are PNGs at twice the displayed resolution, in 64 colours.
+value of an integer slider). Figures are PNGs at twice the displayed resolution, in 64 colours,
+and their smallest text must be at least `plotting.MIN_EXPLORABLE_TEXT_PX` as displayed.
+`measured=True` says on the page that the frames hold measurements (timings) made when the
+notebook was executed, which the live controls repeat on the reader's machine.
 """
 
 import base64
@@ -23,23 +26,24 @@ import zlib
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
-from PIL import Image
+
+from linattn_core.plotting import MIN_EXPLORABLE_TEXT_PX, render
 
 __all__ = ["Explorable", "explorable"]
 
 MAX_FRAMES = 200  # combinations a static figure may precompute
 
 
-def explorable(function, **controls):
+def explorable(function, /, *, measured=False, **controls):
     """The interactive figure of `function` with these controls: name → (widget, stops)."""
-    return Explorable(function, controls)
+    return Explorable(function, controls, measured=measured)
 
 
 class Explorable:
     """Live ipywidgets controls with a precomputed static twin (see the module docstring)."""
 
-    def __init__(self, function, controls):
-        self.function = function
+    def __init__(self, function, controls, *, measured=False):
+        self.function, self.measured = function, measured
         self.controls = {
             name: (widget, _stops(name, widget, stops))
             for name, (widget, stops) in controls.items()
@@ -86,7 +90,12 @@ def _stops(name, widget, stops):
         if hasattr(widget, "options") and widget.options:
             options = widget.options
             pairs = options.items() if isinstance(options, dict) else options
-            return [pair if isinstance(pair, tuple) else (str(pair), pair) for pair in pairs]
+            return [
+                (" ".join(pair[0].split()), pair[1])
+                if isinstance(pair, tuple)
+                else (str(pair), pair)
+                for pair in pairs
+            ]  # labels as HTML shows them: runs of spaces collapse
         if isinstance(widget, widgets.IntSlider):
             return [(str(v), v) for v in range(widget.min, widget.max + 1, widget.step)]
         if isinstance(widget, widgets.Checkbox):
@@ -108,12 +117,7 @@ def _run(function, values, caption):
     def show(*args, **kwargs):  # every figure it drew becomes a PNG at twice its resolution
         for number in sorted(set(plt.get_fignums()) - before):
             figure = plt.figure(number)
-            full = io.BytesIO()
-            figure.savefig(full, format="png", dpi=2 * figure.dpi, bbox_inches="tight")
-            png = io.BytesIO()  # line art in 64 colours: a third of the bytes, the same look
-            Image.open(full).convert("RGB").quantize(colors=64).save(png, "PNG", optimize=True)
-            width = figure.get_size_inches()[0] * figure.dpi
-            images.append((base64.b64encode(png.getvalue()).decode(), width))
+            images.append(render(figure, colors=64))  # line art: a third of the bytes
             plt.close(figure)
 
     original = plt.show
@@ -124,11 +128,19 @@ def _run(function, values, caption):
         show()
     finally:
         plt.show = original
+    for image in images:
+        if image.text_px < MIN_EXPLORABLE_TEXT_PX:
+            raise ValueError(
+                f"explorable: at {caption}, the smallest text of a figure is "
+                f"{image.text_px:.1f} px as displayed (at least {MIN_EXPLORABLE_TEXT_PX} px): "
+                "enlarge its fonts or narrow the figure"
+            )
     parts = [f"<pre>{html.escape(text.getvalue())}</pre>"] if text.getvalue() else []
     parts += [
-        f'<img src="data:image/png;base64,{data}" style="width: {width:.0f}px; max-width: 100%"'
-        f' alt="{html.escape(caption)}">'
-        for data, width in images
+        f'<img src="data:image/png;base64,{base64.b64encode(image.png).decode()}"'
+        f' width="{image.width}" height="{image.height}" data-text-px="{image.text_px:.1f}"'
+        f' style="max-width: 100%; height: auto" alt="{html.escape(caption)}">'
+        for image in images
     ]
     return "".join(parts)
 
@@ -156,8 +168,7 @@ def _page(figure):
         index = index * size + position
     return f"""<div class="explorable" id="{uid}">
 <div class="explorable-controls">{"".join(rows)}</div>
-<div class="explorable-note" style="font-size: 0.85em; color: #555">Precomputed for every
-setting when the notebook was executed; in Jupyter the controls run live.</div>
+<div class="explorable-note" style="font-size: 0.85em; color: #555">{_note(figure)}</div>
 <div class="explorable-caption" style="font-size: 0.85em">{html.escape(frames[index][0])}</div>
 <div class="explorable-frame">{frames[index][1]}</div>
 <script>(function () {{
@@ -175,6 +186,18 @@ setting when the notebook was executed; in Jupyter the controls run live.</div>
   selects.forEach((select) => select.addEventListener("change", update));
 }})();</script>
 </div>"""
+
+
+def _note(figure):
+    if figure.measured:
+        return (
+            "Measured for every setting when the notebook was executed; in Jupyter the "
+            "controls measure live on your machine."
+        )
+    return (
+        "Precomputed for every setting when the notebook was executed; in Jupyter the controls "
+        "run live."
+    )
 
 
 def _titles(figure):

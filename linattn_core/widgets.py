@@ -6,20 +6,18 @@
   with the cost model t(C) = F(C) / P + (N / C) τ fitted through the measurements;
 - `GenerationExplorer`: the cost of one generated token against its position: softmax attention
   over a KV cache that grows with the position, against the constant-size recurrent state;
-- `offline_slider`: measured frames behind a slider in plain HTML, for the book without a kernel.
 
 Each explorer has controls, a Run button, a progress bar, log-log plots and a table. Every point
 is checked against a memory budget before it runs (half the available memory by default): a
 point that does not fit is listed as "skipped: needs X GB" and never run, whatever the controls.
-The last results stay on the explorer (`records`, and the plot as `figure`); `explorer.widget`
-is what to display.
+The last results stay on the explorer (`records`, and the plot as `figure`). Displayed, an
+explorer is its live widget in Jupyter; the book, which has no kernel, shows `static_html()`: the
+run made when the notebook was executed, with a note that the explorer measures live.
 """
 
 import base64
 import html
-import json
 import math
-import zlib
 
 import ipywidgets as widgets
 import numpy as np
@@ -32,6 +30,7 @@ from linattn_core.bench.memory import make_inputs, memory_budget, skip_reason
 from linattn_core.bench.plot import loglog_panel, plot_complexity
 from linattn_core.costs import chunked_peak_bytes, fit_chunk_model
 from linattn_core.decoding import linear_decode_step, softmax_decode_step
+from linattn_core.plotting import render
 from linattn_core.timing import median_times
 
 SIZES = [2**p for p in range(4, 25)]  # the N choices: 16 ... 16M, far past what fits
@@ -64,10 +63,38 @@ class Explorer:
             ]
         )
 
-    def _ipython_display_(self):
-        from IPython.display import display
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        return bundle | {"text/html": self.static_html()}
 
-        display(self.widget)
+    def static_html(self):
+        """What the book shows without a kernel: the last run (its settings, plot and table)
+        and a note that the explorer measures live in Jupyter. No control is shown: none
+        could respond without a kernel."""
+        if not self.records:
+            run = "<p>Not run when the notebook was executed.</p>"
+        else:
+            settings = ", ".join(
+                f"{control.description} = {_shown(control.value)}"
+                for control in _controls(self.widget)
+            )
+            run = f'<div style="font-size: 0.85em">Run shown: {html.escape(settings)}.</div>'
+            if self.figure is not None:
+                image = render(self.figure, colors=64)
+                png = base64.b64encode(image.png).decode()
+                run += (
+                    f'<img src="data:image/png;base64,{png}" width="{image.width}" '
+                    f'height="{image.height}" data-text-px="{image.text_px:.1f}" '
+                    f'style="max-width: 100%; height: auto" alt="{html.escape(self.title)}">'
+                )
+            run += self.table_html()
+        return (
+            f'<div class="live-explorer"><b>{html.escape(self.title)}</b>'
+            '<div class="live-explorer-note" style="font-size: 0.85em; color: #555">'
+            "This explorer measures live: in Jupyter, with a running kernel, its controls and "
+            "Run button time your machine. Here: the run made when the notebook was executed."
+            f"</div>{run}</div>"
+        )
 
     def budget(self, device="cpu"):
         """Bytes a point may use: the explorer's budget, or half the memory available now."""
@@ -93,6 +120,20 @@ class Explorer:
 
     def start_progress(self, total):
         self.progress.max, self.progress.value = max(total, 1), 0
+
+
+def _controls(widget):
+    """The settings among a widget tree's leaves: every control with a description and value."""
+    if isinstance(widget, widgets.Box):
+        return [leaf for child in widget.children for leaf in _controls(child)]
+    described = isinstance(widget, widgets.ValueWidget) and getattr(widget, "description", "")
+    return [widget] if described and not isinstance(widget, widgets.IntProgress) else []
+
+
+def _shown(value):
+    if isinstance(value, tuple):
+        return "–".join(map(str, value)) if len(value) == 2 else ", ".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _wide():
@@ -436,42 +477,3 @@ class GenerationExplorer(Explorer):
             ("note", lambda r: f"skipped: {r['skipped']}" if r["skipped"] else ""),
         ]
         return records_table(self.records, columns)
-
-
-def offline_slider(images, captions, *, label="N"):
-    """Self-contained HTML: PNG frames behind a range slider, one shown at a time with its
-    caption. It needs no kernel and no network (the frames are data: URIs, the script inline),
-    so the static book keeps a figure the reader can move through.
-
-    Args:
-        images: PNG files as bytes, one per frame.
-        captions: one text per frame, shown beside the slider.
-        label: what the slider moves through (its accessible name).
-
-    >>> page = offline_slider([b"png0", b"png1"], ["N = 256", "N = 512"])
-    >>> page.count("data:image/png;base64,"), 'max="1"' in page, "N = 512" in page
-    (3, True, True)
-    """
-    if len(images) != len(captions) or not images:
-        raise ValueError(
-            "offline_slider: images and captions must be non-empty and of the same length; "
-            f"got {len(images)} images and {len(captions)} captions"
-        )
-    frames = ["data:image/png;base64," + base64.b64encode(image).decode() for image in images]
-    uid = f"offline-slider-{zlib.crc32(''.join(frames).encode()):08x}"
-    last = len(frames) - 1
-    return f"""<div class="offline-slider" id="{uid}">
-<input type="range" min="0" max="{last}" step="1" value="{last}" aria-label="{html.escape(label)}">
-<span class="offline-slider-caption">{html.escape(captions[last])}</span><br>
-<img alt="measured time and memory against {html.escape(label)}" src="{frames[last]}">
-<script>(function () {{
-  const root = document.getElementById("{uid}");
-  const frames = {json.dumps(frames)}, captions = {json.dumps(captions)};
-  const slider = root.querySelector("input"), image = root.querySelector("img");
-  const caption = root.querySelector(".offline-slider-caption");
-  slider.addEventListener("input", function () {{
-    image.src = frames[slider.value];
-    caption.textContent = captions[slider.value];
-  }});
-}})();</script>
-</div>"""

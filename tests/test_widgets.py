@@ -1,6 +1,8 @@
 """The scaling chapter's explorers, headless: controls change, Run measures, plot and table update,
 and the memory guard refuses points that do not fit (they are listed, never run)."""
 
+import re
+
 import matplotlib
 import pytest
 import torch
@@ -201,14 +203,20 @@ def test_records_table_escapes():
     assert "&lt;b&gt;" in table and "<b>" not in table
 
 
-def test_offline_slider_embeds_every_frame_and_checks_its_inputs():
-    page = widgets.offline_slider([b"a", b"b", b"c"], ["N = 1", "N = 2", "N = 3"], label="N")
-    assert 'max="2"' in page and '"N = 1"' in page and "<script>" in page
-    assert "http" not in page  # nothing to fetch: the frames are data: URIs
-    with pytest.raises(ValueError, match="same length"):
-        widgets.offline_slider([b"a"], ["N = 1", "N = 2"])
-    with pytest.raises(ValueError, match="non-empty"):
-        widgets.offline_slider([], [])
+def test_the_book_shows_the_last_run_with_a_note_and_no_dead_controls():
+    explorer = widgets.GenerationExplorer(memory_budget=2**22)
+    assert "Not run when the notebook was executed" in explorer.static_html()
+    explorer.positions.value = (64, 128)
+    explorer.d.value = 32
+    explorer.repeats.value = 1
+    explorer.run()
+    bundle = explorer._repr_mimebundle_()
+    page = bundle["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # the live widget, for Jupyter
+    assert "measures live" in page and "Run shown: positions = 64–128, d = 32" in page
+    assert page.count("data:image/png;base64,") == 1 and 'data-text-px="' in page
+    assert "position</th>" in page  # the table of the run
+    assert not re.search(r"<(select|input|button)\b", page)  # nothing that would not respond
 
 
 def test_chunk_size_explorer_time_guard():

@@ -38,7 +38,7 @@ def plot_complexity(records, *, title=None, axes=None, up_to=None):
     import matplotlib.pyplot as plt
 
     if axes is None:
-        figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+        figure, axes = plt.subplots(1, 2, figsize=(9, 3.8), layout="constrained")
     else:
         figure = axes[0].figure
     methods = list(dict.fromkeys(record["method"] for record in records))
