@@ -13,10 +13,10 @@ PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
 
 .PHONY: help book serve test lint unit unit-fast gpu-compile nbval nbval-portable build-clean browser notebooks \
-        lab assets venv chromium constraints clean gpu kernels-report peers
+        macros lab assets venv chromium constraints clean gpu kernels-report peers
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile nbval nbval-portable browser notebooks lab gpu kernels-report peers assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -68,6 +68,12 @@ serve:
 # Execute chapter notebooks in place (outputs and widget state are stored and committed).
 notebooks: venv
 	$(PY) scripts/execute_notebooks.py $(NB)
+
+# The math macros of _config.yml (their one home) into the first cell of every chapter (NB=...
+# for some), as the front matter that jupyterlab-myst reads; the book leaves that cell out.
+# `python scripts/sync_macros.py --check` changes nothing and fails if one differs.
+macros: venv
+	$(PY) scripts/sync_macros.py $(NB)
 
 # As root (containers, cloud GPU machines) Jupyter refuses to start without --allow-root.
 lab: venv
