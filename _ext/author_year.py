@@ -4,16 +4,19 @@ The text cites "Katharopoulos et al. (2020)" (sphinxcontrib-bibtex's author_year
 style), but pybtex's "plain" style numbers the bibliography [1]–[n], so the reader who follows a
 citation finds a number. This registers a pybtex style, "author_year": plain's formatting with
 labels "Katharopoulos et al., 2020" (one or two surnames, "et al." beyond; a, b, … when two
-works would share a label), and _config.yml selects it.
+works would share a label), and _config.yml selects it. A label reads as the reader sees the
+name, not as references.bib spells it: "Schölkopf", not Sch{\\"o}lkopf.
 """
 
 import pybtex.plugin
+from pybtex.richtext import Text
 from pybtex.style.formatting.plain import Style as PlainStyle
 from pybtex.style.labels import BaseLabelStyle
 
 
-def _plain(text):
-    return text.replace("{", "").replace("}", "")
+def _plain(latex):
+    """LaTeX as text: braces dropped, accents on their letters ({\\"o} is ö)."""
+    return Text.from_latex(latex).render_as("text")
 
 
 def _surname(person):

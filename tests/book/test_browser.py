@@ -3,15 +3,19 @@
 Runs after `make book` (the Makefile's `test` target builds first): a server on 127.0.0.1
 serves `_build/html`, and Playwright drives Debian's Chromium (never a downloaded browser).
 A page fails if a request fails or leaves 127.0.0.1, if it raises a JavaScript error, if
-math is left untypeset, if an image does not load, or if a saved widget does not render.
+math is left untypeset, if a reader sees TeX source outside typeset math, if an image does not
+load, or if a saved widget does not render.
 """
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
 # Pages Sphinx generates around the book (no content of ours to check).
 GENERATED = {"genindex.html", "search.html", "index.html"}
 PAGES = (
@@ -23,22 +27,111 @@ PAGES = (
     if HTML.is_dir()
     else []
 )
+# The search page lists what it finds with a snippet of each page's text, math included.
+SEARCHES = ("kernel", "softmax", "Jacobian", "matrix on the unit circle")
+VISITED = [*PAGES, "genindex.html", *(f"search.html?q={query}" for query in SEARCHES)]
 
 pytestmark = pytest.mark.book
 
+
+def tex_pattern():
+    r"""What TeX source looks like in text a reader sees: a dollar, a math delimiter, a sub- or
+    superscript in braces, a command with a braced argument (\url{, \emph{), an accent (\"o), a
+    command of TeX's or of the book's own (the macros of _config.yml's mathjax3_config, read from
+    there), a whole command name (\T, not \Theta); last, in a group of its own, any other command
+    (\times, \sigma), which FIND_RAW_TEX lets pass in a Windows path (C:\Temp)."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    commands = ["begin", "end", "frac", "mathbf", "mathbb", "operatorname", "sum", "top", *macros]
+    named = "|".join(map(re.escape, commands))
+    return (
+        rf"\$|\\[()[\]]|[_^]\{{|\\[A-Za-z]+\{{|\\[\"'`^~][A-Za-z{{\\]"
+        rf"|\\(?:{named})(?![A-Za-z])|(\\[A-Za-z]+)"
+    )
+
+
+TEX = tex_pattern()
+
+# Every text node a reader sees outside typeset math (mjx-container), code (pre, code, kbd, samp,
+# a highlighted listing, a code cell) and what the browser does not show (script, style, template,
+# display: none, visibility: hidden), that matches the pattern: where it is (the enclosing block)
+# and 60 characters of its text around the TeX, math shown as [math]. A closed <details> is opened
+# for the look (its content is the reader's one click away).
+FIND_RAW_TEX = """(root, pattern) => {
+  const tex = new RegExp(pattern, "g");
+  const windowsPath = /(^|[^A-Za-z])[A-Za-z]:\\\\|^\\\\\\\\|%\\w+%\\\\/;
+  const find = (data) => {
+    for (const match of data.matchAll(tex)) {
+      if (match[1] === undefined) return match;
+      const [before, after] = [data.slice(0, match.index), data.slice(match.index)];
+      const word = before.split(/\\s/).pop() + after.split(/\\s/)[0];
+      if (!windowsPath.test(word)) return match;
+    }
+    return null;
+  };
+  const skip = "mjx-container, pre, code, kbd, samp, script, style, textarea, noscript, template, "
+    + ".highlight, .cell_input, .literal-block";
+  const blocks = "p, li, dt, dd, td, th, caption, figcaption, h1, h2, h3, h4, h5, h6, pre, "
+    + "blockquote, div, section, article, nav";
+  const closed = [...root.querySelectorAll("details:not([open])")];
+  closed.forEach((details) => (details.open = true));
+  const text = (block, target, index) => {
+    let all = "", at = 0;
+    const walk = (node) => {
+      if (node === target) at = all.length + index;
+      if (node.nodeType === Node.TEXT_NODE) all += node.data;
+      else if (node.nodeType !== Node.ELEMENT_NODE || node.matches("script, style")) return;
+      else if (node.matches("mjx-container")) all += "[math]";
+      else node.childNodes.forEach(walk);
+    };
+    walk(block);
+    const start = Math.max(0, at - 20);
+    return all.slice(start, start + 120).replace(/\\s+/g, " ").trim().slice(0, 60);
+  };
+  const found = [];
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const match = find(node.data);
+    const element = node.parentElement;
+    if (!match || !element || element.closest(skip)) continue;
+    if (!element.checkVisibility({ visibilityProperty: true })) continue;
+    const block = element.closest(blocks) || element;
+    const name = block.localName + (block.classList.length ? "." + block.classList[0] : "");
+    found.push(`${name} "${text(block, node, match.index)}"`);
+  }
+  closed.forEach((details) => (details.open = false));
+  return found;
+}"""
+
 # What a page looks like once it has settled, measured in the page itself.
-INSPECT = """async () => {
+# The search page (search.html?q=...) has settled once its status line reports the count and every
+# result shows its snippet, typeset (_extra/shims/search-math.js).
+INSPECT = """async (texPattern) => {
+  const deadline = Date.now() + 10000;
+  const wait = async (done) => {
+    while (!done() && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  };
+  const query = new URLSearchParams(location.search).get("q");
+  const results = document.getElementById("search-results");
+  const listed = () => [...document.querySelectorAll("#search-results ul.search > li")];
+  if (results && query) {
+    await wait(() => results.querySelector(".search-summary")?.textContent
+      && listed().every((li) => li.querySelector(":scope > .context, :scope > span")));
+    if (window.bookSearchMath) await window.bookSearchMath();
+  }
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     await MathJax.startup.promise;
+    // formulas are typeset as they scroll into view (ui/lazy): typeset the rest, as printing does
+    const lazy = MathJax.startup.document && MathJax.startup.document.lazyTypesetAll;
+    if (lazy) await MathJax.startup.document.lazyTypesetAll();
   }
   const views = document.querySelectorAll(
     'script[type="application/vnd.jupyter.widget-view+json"]');
-  const deadline = Date.now() + 10000;
   const settled = () => document.querySelectorAll(
     '.widget-subarea > .jupyter-widgets, .widget-error').length >= views.length;
-  while (views.length && !settled() && Date.now() < deadline) {
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+  await wait(() => settled());
   const untypeset = [...document.querySelectorAll('span.math, div.math')]
     .filter((el) => !el.querySelector('mjx-container'))
     .map((el) => el.textContent.slice(0, 60));
@@ -49,19 +142,25 @@ INSPECT = """async () => {
   return {
     math: document.querySelectorAll('mjx-container').length,
     untypeset, mathErrors, brokenImages,
+    search: results && query ? {
+      status: results.querySelector(".search-summary")?.textContent || "",
+      listed: listed().length,
+      snippets: document.querySelectorAll("#search-results ul.search > li > p.context").length,
+    } : null,
+    rawTex: (FIND_RAW_TEX)(document.body, texPattern),
     widgetViews: views.length,
     widgetsRendered: document.querySelectorAll('.widget-subarea > .jupyter-widgets').length,
     widgetErrors: [...document.querySelectorAll('.widget-error')]
       .map((el) => el.textContent.slice(0, 120)),
   };
-}"""
+}""".replace("FIND_RAW_TEX", FIND_RAW_TEX)
 
 
 def test_pages_were_built():
     assert PAGES, f"no pages found under {HTML}: build the book first (make book)"
 
 
-@pytest.mark.parametrize("page_path", PAGES)
+@pytest.mark.parametrize("page_path", VISITED)
 def test_page_works_offline(server, offline_page, page_path):
     page, problems = offline_page
     page.on(
@@ -78,10 +177,11 @@ def test_page_works_offline(server, offline_page, page_path):
         ),
     )
     page.goto(f"{server}/{page_path}", wait_until="load")
-    state = page.evaluate(INSPECT)
+    state = page.evaluate(INSPECT, TEX)
     page.wait_for_load_state("networkidle")
     page.close()
 
+    problems += [f"raw TeX: {page_path}: {where}" for where in state["rawTex"]]
     problems += [f"untypeset math: {text!r}" for text in state["untypeset"]]
     problems += [f"MathJax error: {text!r}" for text in state["mathErrors"]]
     problems += [f"image does not load: {src}" for src in state["brokenImages"]]
@@ -90,6 +190,12 @@ def test_page_works_offline(server, offline_page, page_path):
         problems.append(
             f"{state['widgetViews']} saved widget views, {state['widgetsRendered']} rendered"
         )
+    if search := state["search"]:
+        if not search["listed"] or search["snippets"] < search["listed"]:
+            problems.append(
+                f"search lists {search['listed']} results, {search['snippets']} with a snippet"
+                f" ({search['status']!r})"
+            )
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
@@ -103,6 +209,73 @@ def test_no_dollar_is_left_beside_math(page_path):
     html = (HTML / page_path).read_text(encoding="utf-8")
     stray = [html[max(0, m.start() - 80) : m.end() + 40] for m in STRAY_DOLLAR.finditer(html)]
     assert not stray, f"{page_path}: {len(stray)} stray '$' beside math, first: {stray[0]!r}"
+
+
+# The raw-TeX check on small pieces of HTML: each "yes" must be reported, no "no".
+RAW_TEX_CASES = r"""
+<p>yes1 a dollar $x$ in prose</p>
+<p>yes2 the kernel \(\exp(q^\T k)\) as source</p>
+<ul><li>yes3 a macro \softmax in a list</li></ul>
+<p>yes4 <a href="#">Gradients in \bigO{Nd} memory</a>, a link</p>
+<p>yes5 a subscript x_{i}</p><p>yes6 a superscript e^{x}</p>
+<table><tr><td>yes7 \begin{aligned} in a table</td></tr></table>
+<p>yes8 a display \[ a \] and</p><p>yes9 a \frac</p><p>yes10 \R alone</p>
+<p>yes11 <span class="math notranslate nohighlight">\(x\)</span> left untypeset</p>
+<details><summary>closed</summary><p>yes12 $hidden one click away$</p></details>
+<h2>yes13 a \mathbf heading</h2>
+<p>yes14 Sch\"olkopf, an accent</p><p>yes15 at \url{https://example.org}</p>
+<p>no1 <code>$HOME</code> <kbd>$</kbd> <samp>x_{i}</samp> in code</p>
+<pre>no2 \frac{1}{2} in a listing</pre>
+<div class="highlight"><span>no3 x_{i} highlighted</span></div>
+<p style="display: none">no4 $x$ not displayed</p><p hidden>no5 $x$ hidden</p>
+<p style="visibility: hidden">no6 \frac invisible</p>
+<p>no7 <mjx-container>$x$ typeset</mjx-container></p>
+<p>no8 C:\Temp\Theta\Editor\Results, \\server\share and %USERPROFILE%\x, paths</p>
+<p>yes16 a 2\times 2 matrix, a command of TeX's own</p>
+<p>no9 x^2, a_b and 5 % are no TeX</p>
+<textarea>no10 $x$</textarea><script>const no11 = "$";</script>
+"""
+
+
+def test_the_raw_tex_check_finds_tex_and_only_tex(browser):
+    page = browser.new_page()
+    page.set_content(f"<html><body>{RAW_TEX_CASES}</body></html>")
+    found = page.evaluate(f"(pattern) => ({FIND_RAW_TEX})(document.body, pattern)", TEX)
+    page.close()
+    found_cases = {re.search(r"\b(yes|no)\d+", where).group() for where in found}
+    expected = set(re.findall(r"\byes\d+", RAW_TEX_CASES))
+    assert found_cases == expected, found
+    assert len(found) == len(expected), found  # one finding per spot
+    assert 'li "yes3 a macro \\softmax in a list"' in found
+    assert 'p "yes4 Gradients in \\bigO{Nd} memory, a link"' in found
+
+
+def test_the_raw_tex_check_fails_a_built_page_with_tex(server, offline_page):
+    """The same check the book's pages pass, on a built page served with a slip of TeX added:
+    it must fail there."""
+    page, problems = offline_page
+    slip = r"<p>A slip: the cost $x$ and \(\softmax(QK^\T)\) as typed</p>"
+
+    def serve_with_slip(route):
+        response = route.fetch()
+        route.fulfill(response=response, body=response.text().replace("</main>", slip + "</main>"))
+
+    page.route(f"{server}/intro.html", serve_with_slip)
+    page.goto(f"{server}/intro.html", wait_until="load")
+    state = page.evaluate(INSPECT, TEX)
+    assert state["math"] > 0  # MathJax ran: the slip's \(...\) is typeset, its $ is not
+    assert state["rawTex"] == ['p "A slip: the cost $x$ and [math] as typed"'], state["rawTex"]
+    assert not problems, problems
+
+
+def test_search_index_delimits_the_math_of_titles():
+    """A search result found by its section title shows the title; searchtools.js sets it as
+    HTML, where _extra/shims/search-math.js typesets each \\(...\\) (_ext/book_pages.py)."""
+    text = (HTML / "searchindex.js").read_text(encoding="utf-8")
+    titles = json.loads(text[text.index("(") + 1 : text.rindex(")")])["alltitles"]
+    assert r"\(\sigma_1\) by power iteration" in titles
+    outside = [t for t in titles if re.search(TEX, re.sub(r"\\\(.*?\\\)", "", t))]
+    assert not outside, f"titles with TeX outside \\(...\\): {outside}"
 
 
 PHONE = {"width": 390, "height": 844}

@@ -1,5 +1,6 @@
-"""The scaling chapter's kernel-free figure in the built book: moving its slider over N changes
-the frame and the caption, with no JavaScript error and no request leaving 127.0.0.1.
+"""The scaling chapter in the built book, without a kernel: its three live explorers show the run
+made when the chapter was executed, say that they measure live in Jupyter, and offer no control
+that could not respond; the figure over N is an interactive figure (moved by test_browser.py).
 
 Runs after `make book`, like test_browser.py (the harness of conftest.py).
 """
@@ -14,34 +15,29 @@ PAGE = "chapters/09_scaling.html"
 
 pytestmark = pytest.mark.book
 
+EXPLORERS = """() => [...document.querySelectorAll(".live-explorer")].map((root) => ({
+  title: root.querySelector("b").textContent,
+  note: root.querySelector(".live-explorer-note").textContent,
+  images: [...root.querySelectorAll("img")].filter((img) => img.naturalWidth > 0).length,
+  rows: root.querySelectorAll("tr").length,
+  controls: root.querySelectorAll("input, select, button, textarea").length,
+}))"""
 
-def shown(figure):
-    """What the figure shows now: the frame's image source and the caption."""
-    return figure.evaluate(
-        """(root) => [root.querySelector("img").src,
-                      root.querySelector(".offline-slider-caption").textContent]"""
-    )
 
-
-def test_slider_over_n_changes_the_figure_offline(server, offline_page):
+def test_live_explorers_show_their_run_and_no_dead_control(server, offline_page):
     assert (HTML / PAGE).is_file(), f"{HTML / PAGE} does not exist: build the book first"
     page, problems = offline_page
     page.goto(f"{server}/{PAGE}", wait_until="load")
-
-    figure = page.locator(".offline-slider").first
-    slider = figure.locator('input[type="range"]')
-    last = int(slider.get_attribute("max"))
-    assert last >= 2, "the figure should have a frame per measured N"
-    image, caption = shown(figure)
-    assert image.startswith("data:image/png;base64,") and caption.startswith("this CPU, N = ")
-
-    seen = {caption}
-    for position in (0, last // 2):
-        slider.fill(str(position))  # sets the value and fires the input event
-        new_image, new_caption = shown(figure)
-        assert new_image != image and new_caption not in seen
-        image = new_image
-        seen.add(new_caption)
-    assert figure.locator("img").evaluate("(img) => img.complete && img.naturalWidth > 0")
+    explorers = page.evaluate(EXPLORERS)
+    assert [e["title"].split(":")[0] for e in explorers] == [
+        "Complexity explorer",
+        "Chunk-size explorer",
+        "Generation explorer",
+    ]
+    for explorer in explorers:
+        assert "measures live" in explorer["note"], explorer
+        assert explorer["images"] == 1 and explorer["rows"] > 1, explorer  # the run: plot, table
+        assert explorer["controls"] == 0, explorer
+    assert page.locator(".widget-subarea").count() == 0  # no widget view rendered at all
     page.close()
     assert not problems, "\n".join(problems)
