@@ -2,14 +2,18 @@
 
 nbval re-executes the notebooks and compares outputs; these checks catch what it cannot: a
 notebook committed with unexecuted cells, cells run out of order, stored errors, widgets saved
-without their state, and pages missing from (or dangling in) the table of contents.
+without their state or without a static twin for the book, figures whose text is too small to
+read, and pages missing from (or dangling in) the table of contents.
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+
+from linattn_core.plotting import MIN_EXPLORABLE_TEXT_PX, MIN_TEXT_PX
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -66,6 +70,48 @@ def test_widgets_have_saved_state_and_are_not_compared(path):
         assert model_id in state, f"{path.name}: widget of code cell {i} has no saved state"
         tags = set(cells[i]["metadata"].get("tags", []))
         assert tags & UNCOMPARED, f"{path.name}: widget cell {i} needs an nbval-ignore-output tag"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_widget_has_a_static_twin_for_the_book(path):
+    # explorable or a live explorer: without a kernel the book shows the HTML, never a dead widget
+    _, cells = code_cells(path)
+    dead = [
+        i
+        for i, c in enumerate(cells)
+        for o in c["outputs"]
+        if WIDGET_VIEW in o.get("data", {})
+        and not re.search(
+            r'class="(explorable|live-explorer)"', "".join(o["data"].get("text/html", ""))
+        )
+    ]
+    assert not dead, f"{path.name}: code cells {dead} show a widget with no static twin"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_figure_text_is_readable_as_displayed(path):
+    # use_book_figures() stores each figure's smallest text as displayed (plotting.text_px)
+    _, cells = code_cells(path)
+    small, unmeasured = [], []
+    for i, cell in enumerate(cells):
+        for output in cell["outputs"]:
+            if "image/png" in output.get("data", {}):
+                px = output.get("metadata", {}).get("image/png", {}).get("text_px")
+                if px is None:
+                    unmeasured.append(i)
+                elif px < MIN_TEXT_PX:
+                    small.append((i, px))
+            html = "".join(output.get("data", {}).get("text/html", ""))
+            minimum = MIN_EXPLORABLE_TEXT_PX if 'class="explorable"' in html else MIN_TEXT_PX
+            small += [
+                (i, float(px))
+                for px in re.findall(r'data-text-px="([\d.]+)"', html)
+                if float(px) < minimum
+            ]
+    assert not unmeasured, (
+        f"{path.name}: figures of code cells {unmeasured} were not shown by use_book_figures()"
+    )
+    assert not small, f"{path.name}: (code cell, smallest text in px) {small}"
 
 
 def test_table_of_contents_matches_the_pages():
