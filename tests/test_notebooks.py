@@ -174,3 +174,27 @@ def test_math_problems_are_found():
     assert math_problems("a\n\n$$\nx\n$$\nmore") == ["line 5: $$ before text"]
     assert math_problems("$a\n+ b$ and") == ["line 2: '+ ' starts a line inside inline math"]
     assert math_problems("a\n\n$$\nx\n$$\n\n- item $x$") == []
+
+
+EXERCISE = re.compile(r"\{exercise\}[^\n]*\n(?:[^\n]*\n)*?:label: (\S+)")
+HINT = re.compile(r"\{admonition\} Hint[^\n]*\n:class: dropdown")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_a_hint_before_its_solution(path):
+    notebook = json.loads(path.read_text())
+    markdown = "\n".join(
+        "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
+    )
+    missing = []
+    for match in EXERCISE.finditer(markdown):
+        label = match.group(1)
+        solution = re.compile(r"\{solution(-start)?\} " + re.escape(label)).search(
+            markdown, match.end()
+        )
+        solution = solution.start() if solution else -1
+        if solution < 0 or not HINT.search(markdown, match.end(), solution):
+            missing.append(label)
+    assert not missing, (
+        f"{path.name}: exercises with no hint dropdown before the solution: {missing}"
+    )

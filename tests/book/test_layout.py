@@ -1,9 +1,10 @@
-"""Figures in the built book are displayed as large as `linattn_core.plotting` assumes.
+"""The chapters in a 1400 px window, measured in Chromium: figures and code as a reader sees them.
 
 The notebooks store each figure's smallest text as displayed (`text_px`), computed for a figure
 shown at its natural width or shrunk to `plotting.COLUMN_PX`; tests/test_notebooks.py checks
-those numbers. This check measures the assumption in Chromium at 1400 px: no figure is shown
-narrower than min(its width, COLUMN_PX).
+those numbers. Here the assumption is measured: no figure is shown narrower than
+min(its width, COLUMN_PX). And code cells, formatted to 88 characters, fit their boxes: no code
+input needs sideways scrolling.
 """
 
 from pathlib import Path
@@ -16,6 +17,10 @@ HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
 CHAPTERS = sorted(p.name for p in (HTML / "chapters").glob("*.html")) if HTML.is_dir() else []
 
 pytestmark = pytest.mark.book
+
+CODE = """() => [...document.querySelectorAll('.cell_input pre')]
+  .filter((pre) => pre.checkVisibility() && pre.scrollWidth > pre.clientWidth + 1)
+  .map((pre) => pre.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a)))"""
 
 SIZES = """() => [...document.querySelectorAll('.cell_output img[width], .explorable img[width]')]
   .filter((img) => img.checkVisibility())
@@ -34,8 +39,10 @@ def desktop_page(browser):
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
-def test_figures_are_not_shrunk_below_the_column(server, desktop_page, name):
+def test_figures_and_code_fit_the_column(server, desktop_page, name):
     desktop_page.goto(f"{server}/chapters/{name}", wait_until="load")
     sizes = desktop_page.evaluate(SIZES)
     shrunk = [s for s in sizes if s["shown"] < min(s["width"], COLUMN_PX) - 1]
     assert not shrunk, f"{name}: figures shown narrower than assumed: {shrunk[:5]}"
+    wide = desktop_page.evaluate(CODE)
+    assert not wide, f"{name}: code cells that scroll sideways, longest lines: {wide}"
