@@ -1,7 +1,8 @@
 """Matrix calculus: check hand-derived derivatives against automatic differentiation
-(`torch.func`), in float64, and the closed forms of chapter 7 that take more than one line.
+(`torch.func`), in float64, and the closed forms of the
+matrix-calculus chapter that take more than one line.
 
-Layouts (chapter 7): ``"tensor"`` gives shape ``S_out + S_in`` (a gradient shaped like the input
+Layouts (that chapter): ``"tensor"`` gives shape ``S_out + S_in`` (a gradient shaped like the input
 for a scalar f, the numerator-layout Jacobian ``(m, n)`` for vectors, ``J[i, j, k, l] =
 dF_ij/dX_kl`` for matrices); ``"vec"`` gives the matrix ``d vec(F) / d vec(X)`` of shape
 ``(F.numel(), X.numel())``, where `vec` stacks columns as in the Kronecker identities

@@ -3,26 +3,26 @@
 The chunked form computes, for chunk t of C tokens with the state of the chunks before it,
 S_t = Σ_{j < tC} k_jᵀ v_j `(d, d_v)` and z_t = Σ_{j < tC} k_j `(d,)`,
 
-    o_i = ρ_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j),
-    ρ_i = 1 / (q_i·z_t + Σ_{tC ≤ j ≤ i} q_i·k_j + eps)        (ρ_i = 1 without normalization).
+    o_i = r_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j),
+    r_i = 1 / (q_i·z_t + Σ_{tC ≤ j ≤ i} q_i·k_j + eps)        (r_i = 1 without normalization).
 
 Done for the whole sequence at once, every intermediate (the chunks' similarities, their states,
 the inter-chunk products) is a tensor of N rows, several times the output; above glibc's 32 MiB
 threshold each one is returned to the system when freed and page-faulted anew on the next call.
 Here the sequence is walked in **segments** of whole chunks, about `SEGMENT_ELEMENTS` similarities
 each, carrying S and z from one segment to the next: every intermediate is O(segment), the
-output and ρ are the only O(N) tensors, and a ragged end is one short chunk (nothing is padded).
+output and r are the only O(N) tensors, and a ragged end is one short chunk (nothing is padded).
 
 The backward pass (`CausalChunked.backward`) is written for the same bound. With g_i = ∂L/∂o_i,
-ĝ_i = ρ_i g_i and â_i = −ρ_i g_i·o_i (zero without normalization; the denominator is the
+ĝ_i = r_i g_i and â_i = −r_i g_i·o_i (zero without normalization; the denominator is the
 numerator of a value column of ones, whose output gradient is â), and M_ij = ĝ_i·v_j + â_i:
 
     dq_i = Σ_{j ≤ i} M_ij k_j = ĝ_i S_tᵀ + â_i z_t + Σ_{tC ≤ j ≤ i} M_ij k_j
     dk_j = Σ_{i ≥ j} M_ij q_i = v_j D_{t+1}ᵀ + y_{t+1} + Σ_{j ≤ i < (t+1)C} M_ij q_i
     dv_j = Σ_{i ≥ j} (q_i·k_j) ĝ_i = k_j D_{t+1} + Σ_{j ≤ i < (t+1)C} (q_i·k_j) ĝ_i
 
-with the backward states D_t = Σ_{i ≥ tC} q_iᵀ ĝ_i and y_t = Σ_{i ≥ tC} â_i q_i (book, chapter 10,
-the chunked gradients). The forward pass saves its inputs, o, ρ and the state at the start of each
+with the backward states D_t = Σ_{i ≥ tC} q_iᵀ ĝ_i and y_t = Σ_{i ≥ tC} â_i q_i (book, 11_triton,
+the chunked gradients). The forward pass saves its inputs, o, r and the state at the start of each
 segment (N / segment states of d × d_v); the backward pass walks the segments from last to first,
 carrying D and y.
 """

@@ -39,9 +39,10 @@ def chunked_flops(n, d, d_v, chunk_size, *, normalize=True):
              + 4 N d d_v                      chunk states Kᵀ V and the queries' q S
              + 2 N d                          the queries' q·z (normalized only)
 
-    The rest is additions, not counted: the masked scores' row sums (N C), the key sums (N d) and
-    the prefix sums of the states (N d (d_v + 1) / C). F grows with C: it counts no per-chunk
-    overhead.
+    The prefix sums of the states (N d d_v / C additions) are already in F: counting 2 FLOPs per
+    multiply-add counts C additions for each entry of a chunk's Kᵀ V, where C − 1 are made, and
+    the one left over is the addition to the running state. Not counted: the masked scores' row
+    sums (N C) and the key sums (N d). F grows with C: it counts no per-chunk overhead.
 
     >>> chunked_flops(1024, 64, 64, 64) == 2 * 1024 * 64 * 128 + 4 * 1024 * 64 * 64 + 2 * 1024 * 64
     True
@@ -76,9 +77,10 @@ def fit_chunk_model(n, d, chunk_sizes, seconds):
 
 def chunked_peak_bytes(n, d, chunk_size, itemsize=4):
     """Estimated memory one call of causal chunked linear attention (`linattn_core.chunked`) needs
-    beyond its inputs `(n, d)` (one head, d_v = d), chunk size C: the output and ρ, and one
-    segment's temporaries (its q, k, v chunks, the C×C similarities, three partial outputs, the
-    chunk states and their prefix sums). Errs on the large side (the memory guard's estimate).
+    beyond its inputs `(n, d)` (one head, d_v = d), chunk size C: the output and the reciprocal
+    denominators, and one segment's temporaries (its q, k, v chunks, the C×C similarities, three
+    partial outputs, the chunk states and their prefix sums). Errs on the large side (the memory
+    guard's estimate).
 
     >>> output, segment = 4096 * 65, 4096 * (6 * 64 + 64) + 3 * 66 * 64 * 65
     >>> chunked_peak_bytes(4096, 64, 64) == (output + segment) * 4
@@ -103,9 +105,9 @@ def softmax_flops(n, d, d_v):
 
 
 def linear_flops(n, features, d_v):
-    """FLOPs of the matrix products of non-causal linear attention with D = `features` features:
+    """FLOPs of the matrix products of non-causal linear attention with m = `features` features:
 
-        F_linear = 4 N D (d_v + 1)        the state φ(K)ᵀ[V, 1], then φ(Q) times it
+        F_linear = 4 N m (d_v + 1)        the state φ(K)ᵀ[V, 1], then φ(Q) times it
 
     (the ones column of [V, 1] carries the denominator; computing the features is not counted).
 
@@ -116,8 +118,8 @@ def linear_flops(n, features, d_v):
 
 
 def crossover_length(d, d_v, features):
-    """The sequence length N* = 2 D (d_v + 1) / (d + d_v) at which `softmax_flops` equals
-    `linear_flops` (D = `features`); beyond it linear attention does fewer FLOPs.
+    """The sequence length N* = 2 m (d_v + 1) / (d + d_v) at which `softmax_flops` equals
+    `linear_flops` (m = `features`); beyond it linear attention does fewer FLOPs.
 
     >>> crossover_length(64, 64, 2145)  # Taylor-2 features at d = 64
     2178.515625

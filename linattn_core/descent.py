@@ -4,8 +4,8 @@ For f(x) = ½ xᵀHx − bᵀx with H = AᵀA the gradient Hx − b is L-Lipschi
 gradient descent x ← x − α(Hx − b) converges for every start exactly when 0 < α < 2/L, at a rate
 set by the condition number L/μ of H (Nesterov, *Lectures on Convex Optimization*; Boyd and
 Vandenberghe, *Convex Optimization*). `spectral_norm_estimates` finds σ₁(A) by power iteration
-on AᵀA, as spectral normalization does for weight matrices (Miyato et al. 2018); chapter 6's
-power iteration finds eigenvalues of a general matrix instead.
+on AᵀA, as spectral normalization does for weight matrices (Miyato et al. 2018); the
+linear-algebra chapter's power iteration finds eigenvalues of a general matrix instead.
 """
 
 import torch

@@ -1,15 +1,15 @@
 """Efficient Attention (Shen et al. 2021): normalize queries and keys first, multiply later.
 
-Dot-product attention ρ(QKᵀ)V normalizes the N×N score matrix. Efficient attention normalizes
+Dot-product attention ν(QKᵀ)V normalizes the N×N score matrix. Efficient attention normalizes
 the queries and the keys separately, which lets the product be taken in the cheap order:
 
-    E(Q, K, V) = ρ_q(Q) (ρ_k(K)ᵀ V),        ρ_k(K)ᵀV is only d×d_v,
+    E(Q, K, V) = ν_q(Q) (ν_k(K)ᵀ V),        ν_k(K)ᵀV is only d×d_v,
 
 in O(N d d_v) time and O(N (d + d_v) + d d_v) memory. Two normalizations:
 
-- "scaling": ρ_q(X) = ρ_k(X) = X/√N. Then E = (QKᵀ/N)V exactly: dot-product attention with
-  the scaling normalization ρ(Y) = Y/N, computed in the other order.
-- "softmax": ρ_q = σ_row (softmax over the feature axis of each query), ρ_k = σ_col (softmax
+- "scaling": ν_q(X) = ν_k(X) = X/√N. Then E = (QKᵀ/N)V exactly: dot-product attention with
+  the scaling normalization ν(Y) = Y/N, computed in the other order.
+- "softmax": ν_q = σ_row (softmax over the feature axis of each query), ν_k = σ_col (softmax
   over the sequence axis of each key feature). The implied N×N matrix σ_row(Q)σ_col(K)ᵀ has
   non-negative rows that sum to 1, like softmax attention's, but it is a different matrix, of
   rank at most d: column f of σ_col(K) is a "global attention map" over the N positions, row f
@@ -29,7 +29,7 @@ NORMALIZATIONS = ("softmax", "scaling")
 
 
 def efficient_attention(q, k, v, *, normalization="softmax"):
-    """Efficient attention ρ_q(q) (ρ_k(k)ᵀ v), never forming an N×N matrix.
+    """Efficient attention ν_q(q) (ν_k(k)ᵀ v), never forming an N×N matrix.
 
     normalization="softmax": σ_row(q) (σ_col(k)ᵀ v), softmax over the last (feature) axis of q
         and over the sequence axis (-2) of k. Not equal to softmax attention.
@@ -94,7 +94,7 @@ def implied_attention(q, k, *, normalization="softmax"):
 
 
 def _normalize(q, k, normalization):
-    """(ρ_q(q), ρ_k(k)) for the chosen normalization."""
+    """(ν_q(q), ν_k(k)) for the chosen normalization."""
     if normalization == "softmax":
         return q.softmax(dim=-1), k.softmax(dim=-2)
     scale = 1 / math.sqrt(max(q.shape[-2], 1))  # N = 0: no tokens, nothing to scale

@@ -11,7 +11,9 @@ runs through `linear_attention` in O(N m d) time. This module holds
 
 - the frequency matrices: `iid_gaussian` (independent rows) and `orthogonal_gaussian` (rows
   orthogonal within blocks of d, each marginally N(0, I_d), which lowers the variance);
-- the feature maps `positive_features` and `trig_features`, computed as the formulas read;
+- the feature maps `positive_features` and `trig_features`, computed as the formulas read, and
+  `fourier_features`, the random Fourier features of the Gaussian kernel that `trig_features`
+  rescales;
 - `favor_attention`, the Performer approximation of `softmax_attention`, numerically stabilized;
   `unstabilized_favor_attention`, the same function computed as the formulas read, which
   overflows and underflows where `favor_attention` does not.
@@ -36,6 +38,7 @@ from linattn_core.validation import (
 
 __all__ = [
     "favor_attention",
+    "fourier_features",
     "iid_gaussian",
     "orthogonal_gaussian",
     "positive_features",
@@ -178,6 +181,35 @@ def trig_features(x, w):
     projections = torch.einsum("...d,md->...m", x, w)  # (..., m)
     h = torch.exp(x.square().sum(dim=-1, keepdim=True) / 2) / math.sqrt(w.shape[0])  # (..., 1)
     return h * torch.cat([torch.sin(projections), torch.cos(projections)], dim=-1)  # (..., 2m)
+
+
+def fourier_features(x, w):
+    """Random Fourier features φ(x) = [sin(w x), cos(w x)] / √m of the Gaussian kernel.
+
+    φ(x)·φ(y) = mean_l cos(ω_l·(x − y)), whose expectation over ω_l ~ N(0, I_d) is the Gaussian
+    kernel κ(x, y) = exp(−|x − y|²/2) (Bochner's theorem: N(0, I_d) is the kernel's spectral
+    measure). One sample cos(ω·(x − y)) has variance (1 − exp(−|x − y|²))²/2, so the error of
+    the m-feature estimate is at most 1/√(2m) in standard deviation, whatever x and y.
+    `trig_features(x, w)` is exp(|x|²/2) times this map. Computed in the dtype of x; the m
+    sines come first, then the m cosines.
+
+    Args:
+        x: points `(..., d)`.
+        w: random frequencies `(m, d)`, rows ~ N(0, I_d); same dtype and device as x.
+
+    Returns:
+        `(..., 2m)`, every entry in [−1/√m, 1/√m].
+
+    >>> w = iid_gaussian(100_000, 2, generator=torch.Generator().manual_seed(0))
+    >>> x, y = torch.tensor([[0.3, -0.2], [0.5, 0.4]], dtype=torch.float64)
+    >>> estimate = fourier_features(x, w) @ fourier_features(y, w)
+    >>> round(float(estimate), 2), round(float(torch.exp(-(x - y).square().sum() / 2)), 2)
+    (0.82, 0.82)
+    """
+    _check_features("fourier_features", x, w)
+    projections = torch.einsum("...d,md->...m", x, w)  # (..., m)
+    phases = torch.cat([torch.sin(projections), torch.cos(projections)], dim=-1)  # (..., 2m)
+    return phases / math.sqrt(w.shape[0])
 
 
 def favor_attention(q, k, v, w, *, kind="positive", causal=False, scale=None):

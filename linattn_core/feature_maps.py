@@ -112,11 +112,11 @@ def taylor(x, order=2):
     """
     check_tensor("taylor", "x", x, min_rank=1)
     check_non_negative_int("taylor", "order", order)
-    indices, weights = _monomials(x.shape[-1], order)  # (D, order), (D,)
+    indices, weights = _monomials(x.shape[-1], order)  # (m, order), (m,)
     padded = torch.cat([x, x.new_ones(*x.shape[:-1], 1)], dim=-1)  # (..., d + 1)
-    # one flat gather is several times faster than advanced indexing with a (D, order) index
-    factors = padded.index_select(-1, indices.flatten().to(x.device))  # (..., D * order)
-    return factors.unflatten(-1, indices.shape).prod(dim=-1) * weights.to(x)  # (..., D)
+    # one flat gather is several times faster than advanced indexing with a (m, order) index
+    factors = padded.index_select(-1, indices.flatten().to(x.device))  # (..., m * order)
+    return factors.unflatten(-1, indices.shape).prod(dim=-1) * weights.to(x)  # (..., m)
 
 
 def taylor_dim(d, order):
@@ -199,8 +199,8 @@ def exp_remainder_bound(t, order):
 def truncated_exp_roots(order):
     """The real roots of T_p, in increasing order, as a float64 tensor.
 
-    Even orders have none (T_2m > 0); odd orders have exactly one, ρ_p < 0, so odd-order
-    Taylor similarities are negative for scores below ρ_p. Computed as the real eigenvalues of
+    Even orders have none (T_{2ℓ} > 0); odd orders have exactly one, t*_p < 0, so odd-order
+    Taylor similarities are negative for scores below t*_p. Computed as the real eigenvalues of
     the companion matrix of T_p (imaginary part below 1e-9).
 
     Args:
@@ -296,7 +296,7 @@ def taylor_attention(q, k, v, order=2, *, causal=False, scale=None):
     check_non_negative_int(fn, "order", order)
     scale = softmax_scale(fn, scale, q.shape[-1])
     root = math.sqrt(scale)  # q'·k' = scale q·k
-    phi_q, phi_k = taylor(root * q, order=order), taylor(root * k, order=order)  # (..., N, D)
+    phi_q, phi_k = taylor(root * q, order=order), taylor(root * k, order=order)  # (..., N, m)
     return linear_attention(phi_q, phi_k, v, causal=causal, eps=0.0)
 
 

@@ -1,9 +1,9 @@
-"""Closed-form Jacobians of the transformer's building blocks (chapter 8).
+"""Closed-form Jacobians of the transformer's building blocks (chapters/09_attention_jacobians).
 
 Vectors are columns and Jacobians are in numerator layout: ``J[i, j] = ∂f_i/∂x_j``, shape
 ``(out, in)``. Functions of a vector accept leading batch dimensions ``(..., d)`` and return
 ``(..., out, in)``. For self-attention the token matrix is ``X ∈ R^{d×n}`` (one token per
-column, the column layout of chapter 8) and matrices are flattened with the column-stacking
+column, the column layout of that chapter) and matrices are flattened with the column-stacking
 `vec` of `linattn_core.linalg`, so a Jacobian is ``∂vec(Y)/∂vec(X)`` and products of matrices
 differentiate by the Kronecker identities of Magnus and Neudecker (*Matrix Differential
 Calculus*). The blocks: LayerNorm (Ba et al. 2016), RMSNorm (Zhang and Sennrich 2019), SwiGLU
@@ -23,11 +23,14 @@ from linattn_core.linalg import commutation_matrix, kron
 from linattn_core.validation import check_eps, check_same_dtype_and_device, check_tensor
 
 __all__ = [
+    "attention_block",
+    "attention_block_bound",
     "attention_logits",
     "column_softmax",
     "l2norm",
     "layernorm",
     "layernorm_gamma",
+    "layernorm_tokens",
     "qknorm_logit",
     "relu_ffn",
     "rmsnorm",
@@ -209,9 +212,9 @@ def column_softmax(P: torch.Tensor) -> torch.Tensor:
 def attention_logits(X: torch.Tensor, Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:
     """∂vec(P)/∂vec(X) for P = Xᵀ Wqᵀ Wk X, X `(..., d, n)`, Wq and Wk `(d_q, d)`.
 
-    With the commutation matrix K = K_{d,n} (vec(Xᵀ) = K vec(X)):
+    With the commutation matrix 𝒦 = 𝒦_{d,n} (vec(Xᵀ) = 𝒦 vec(X)):
 
-        ∂vec(P)/∂vec(X) = (Xᵀ Wkᵀ Wq ⊗ I_n) K + (I_n ⊗ Xᵀ Wqᵀ Wk),   shape (n², d·n).
+        ∂vec(P)/∂vec(X) = (Xᵀ Wkᵀ Wq ⊗ I_n) 𝒦 + (I_n ⊗ Xᵀ Wqᵀ Wk),   shape (n², d·n).
 
     >>> attention_logits(torch.ones(3, 4), torch.ones(2, 3), torch.ones(2, 3)).shape
     torch.Size([16, 12])
@@ -267,6 +270,113 @@ def self_attention_bound(
     return math.sqrt(n) * norm_v + norm_v * norm_x**2 * norm_qk / math.sqrt(d_q)
 
 
+def layernorm_tokens(X: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """∂vec(LN(X))/∂vec(X) for LayerNorm of every token (column) of X `(..., d, n)`.
+
+    vec stacks columns, and column j of LN(X) depends on column j of X only, so the Jacobian is
+    block diagonal: blockdiag(J_LN(x_1), …, J_LN(x_n)) with J_LN of `layernorm`; shape
+    `(..., d·n, d·n)`. Its spectral norm is the largest of the blocks', at most
+    max_j ‖γ‖∞/√(var(x_j) + eps), with equality for a constant gain and d ≥ 3.
+
+    >>> J = layernorm_tokens(torch.tensor([[1.0, 0.0], [2.0, 0.0], [4.0, 3.0]]), torch.ones(3))
+    >>> J.shape, bool((J[:3, 3:] == 0).all())  # token 2 does not move LN(token 1)
+    (torch.Size([6, 6]), True)
+    """
+    check_tensor("layernorm_tokens", "X", X, min_rank=2)
+    _check_gain("layernorm_tokens", "gamma", gamma, X.mT, "X")
+    check_eps("layernorm_tokens", eps)
+    d, n = X.shape[-2:]
+    blocks = layernorm(X.mT, gamma, eps)  # (..., n, d, d): one Jacobian per token
+    eye = torch.eye(n, dtype=X.dtype, device=X.device)
+    block_diagonal = torch.einsum("jk,...jab->...jakb", eye, blocks)  # (..., n, d, n, d)
+    return block_diagonal.reshape(*X.shape[:-2], d * n, d * n)
+
+
+def attention_block(
+    X: torch.Tensor,
+    Wq: torch.Tensor,
+    Wk: torch.Tensor,
+    Wv: torch.Tensor,
+    gamma: torch.Tensor,
+    placement: str,
+    beta: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """J_f = ∂vec f(X)/∂vec(X) for self-attention with LayerNorm in one of three placements.
+
+    SA(X) = Wv X A is the single-head self-attention of `self_attention` (column layout,
+    X `(..., d, n)`, Wq and Wk `(d_q, d)`, Wv `(d, d)`: the residual sum needs d_v = d), and LN
+    normalizes every token with gain γ and bias β (`(d,)`, β = 0 when None). With J_SA of
+    `self_attention` and J_LN of `layernorm_tokens`:
+
+        "pre"     f(X) = X + SA(LN(X))    J_f = I + J_SA(LN(X)) J_LN(X)
+        "post"    f(X) = LN(X + SA(X))    J_f = J_LN(X + SA(X)) (I + J_SA(X))
+        "branch"  f(X) = X + LN(SA(X))    J_f = I + J_LN(SA(X)) J_SA(X)
+
+    Returns `(..., d·n, d·n)`. β enters only "pre", through the point LN(X) where J_SA is taken.
+
+    >>> X, W = torch.randn(4, 3, dtype=torch.float64), torch.eye(4, dtype=torch.float64)
+    >>> attention_block(X, W, W, W, torch.ones(4, dtype=torch.float64), "branch").shape
+    torch.Size([12, 12])
+    """
+    fn = "attention_block"
+    _check_block(fn, X, Wq, Wk, Wv, gamma, placement, beta, eps)
+    d, n = X.shape[-2:]
+    eye = torch.eye(d * n, dtype=X.dtype, device=X.device)
+    if placement == "pre":
+        X_normalized = _layernorm_columns(X, gamma, beta, eps)
+        return eye + self_attention(X_normalized, Wq, Wk, Wv) @ layernorm_tokens(X, gamma, eps)
+    Y = _attention_columns(X, Wq, Wk, Wv)  # (..., d, n): SA(X)
+    J_sa = self_attention(X, Wq, Wk, Wv)  # (..., d·n, d·n)
+    if placement == "post":
+        return layernorm_tokens(X + Y, gamma, eps) @ (eye + J_sa)
+    return eye + layernorm_tokens(Y, gamma, eps) @ J_sa
+
+
+def attention_block_bound(
+    X: torch.Tensor,
+    Wq: torch.Tensor,
+    Wk: torch.Tensor,
+    Wv: torch.Tensor,
+    gamma: torch.Tensor,
+    placement: str,
+    beta: torch.Tensor | None = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """Upper bound on ‖J_f‖₂ of `attention_block`, from the norms of its two factors.
+
+    Each token's LayerNorm Jacobian has ‖J_LN(z)‖₂ ≤ ‖γ‖∞/√(var(z) + eps); write λ(Z) for the
+    largest over the tokens (columns) of Z, and b(X) for `self_attention_bound`:
+
+        "pre"     1 + λ(X) · b(LN(X))
+        "post"    λ(X + SA(X)) · (1 + b(X))
+        "branch"  1 + λ(SA(X)) · b(X)
+
+    Same arguments as `attention_block`; returns the bound `X.shape[:-2]`. The tokens enter
+    "pre" only through λ(X), which falls like 1/‖x‖ as the tokens grow; b(X) grows like ‖X‖₂².
+
+    >>> X, W = torch.ones(2, 4, dtype=torch.float64), torch.eye(2, dtype=torch.float64)
+    >>> X[0] = -1.0  # every token is (−1, 1): variance 1
+    >>> round(float(attention_block_bound(X, W, W, W, torch.ones(2, dtype=X.dtype), "branch")), 4)
+    8.6568
+    """
+    fn = "attention_block_bound"
+    _check_block(fn, X, Wq, Wk, Wv, gamma, placement, beta, eps)
+
+    def largest_gain(Z):  # λ(Z): the largest LayerNorm Jacobian norm bound over the tokens
+        variance = Z.var(dim=-2, unbiased=False)  # (..., n)
+        return (gamma.abs().max() / (variance + eps).sqrt()).amax(dim=-1)
+
+    if placement == "pre":
+        X_normalized = _layernorm_columns(X, gamma, beta, eps)
+        return 1 + largest_gain(X) * self_attention_bound(X_normalized, Wq, Wk, Wv)
+    Y = _attention_columns(X, Wq, Wk, Wv)
+    b_sa = self_attention_bound(X, Wq, Wk, Wv)
+    if placement == "post":
+        return largest_gain(X + Y) * (1 + b_sa)
+    return 1 + largest_gain(Y) * b_sa
+
+
 def qknorm_logit(
     q: torch.Tensor, k: torch.Tensor, gamma_q: torch.Tensor, gamma_k: torch.Tensor, eps=1e-6
 ) -> torch.Tensor:
@@ -319,6 +429,31 @@ def _attention_logits(X, Wq, Wk):
     eye_n = torch.eye(n, dtype=X.dtype, device=X.device)
     K = commutation_matrix(d, n, dtype=X.dtype, device=X.device)  # (d·n, d·n)
     return kron(X.T @ Wk.T @ Wq, eye_n) @ K + kron(eye_n, X.T @ Wq.T @ Wk)  # (n², d·n)
+
+
+def _attention_columns(X, Wq, Wk, Wv):
+    """SA(X) = Wv X A, A = softmax over the first index of XᵀWqᵀWkX/√d_q; X `(..., d, n)`."""
+    P = X.mT @ Wq.T @ Wk @ X / math.sqrt(Wq.shape[0])  # (..., n, n)
+    return Wv @ X @ P.softmax(dim=-2)
+
+
+def _layernorm_columns(X, gamma, beta, eps):
+    """LayerNorm of every token (column) of X `(..., d, n)`."""
+    return torch.nn.functional.layer_norm(X.mT, X.shape[-2:-1], gamma, beta, eps).mT
+
+
+def _check_block(fn, X, Wq, Wk, Wv, gamma, placement, beta, eps):
+    _check_attention(fn, X, Wq, Wk)
+    d = X.shape[-2]
+    _check_weight(fn, "Wv", Wv, X, in_features=d, out_features=d, x_name="X")
+    _check_gain(fn, "gamma", gamma, X.mT, "X")
+    if beta is not None:
+        _check_gain(fn, "beta", beta, X.mT, "X")
+    check_eps(fn, eps)
+    if placement not in ("pre", "post", "branch"):
+        raise ValueError(
+            f"{fn}: placement must be 'pre', 'post' or 'branch'; got placement={placement!r}"
+        )
 
 
 def _batched(fn, X, *weights):

@@ -75,10 +75,10 @@ def kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def commutation_matrix(m: int, n: int, *, dtype=torch.float64, device=None) -> torch.Tensor:
-    """The permutation K_{m,n} `(m·n, m·n)` with K vec(X) = vec(Xᵀ) for every X ∈ R^{m×n}.
+    """The permutation 𝒦_{m,n} `(m·n, m·n)` with 𝒦 vec(X) = vec(Xᵀ) for every X ∈ R^{m×n}.
 
-    Being a permutation, Kᵀ = K⁻¹ = K_{n,m}; it swaps the factors of a Kronecker product:
-    K_{p,m} (A ⊗ B) K_{n,q} = B ⊗ A for A `(m, n)` and B `(p, q)`.
+    Being a permutation, 𝒦ᵀ = 𝒦⁻¹ = 𝒦_{n,m}; it swaps the factors of a Kronecker product:
+    𝒦_{p,m} (A ⊗ B) 𝒦_{n,q} = B ⊗ A for A `(m, n)` and B `(p, q)`.
 
     >>> commutation_matrix(2, 2, dtype=torch.int64)
     tensor([[1, 0, 0, 0],

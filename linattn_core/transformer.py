@@ -1,8 +1,8 @@
 """A GPT-2-style decoder as `nn.Module`s, and what it costs: parameters, activation memory, FLOPs.
 
-The model of chapter 8's cost section (Radford et al. 2019): pre-LN blocks, biases in every
-linear map, an FFN of width 4d (ReLU here; GPT-2 uses GELU), learned position embeddings and an
-output layer tied to the token embedding. Each cost formula counts exactly what PyTorch
+The model of the cost section of 09_attention_jacobians (Radford et al. 2019): pre-LN blocks, biases
+in every linear map, an FFN of width 4d (ReLU here; GPT-2 uses GELU), learned position embeddings
+and an output layer tied to the token embedding. Each cost formula counts exactly what PyTorch
 allocates or multiplies for this model, and the tests compare it with the module: the
 parameters, the bytes autograd saves for the backward pass (`saved_activation_bytes` measures
 them), and the FLOPs of the matrix products (`torch.utils.flop_counter.FlopCounterMode`).

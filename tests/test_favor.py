@@ -15,6 +15,7 @@ import torch
 from linattn_core import kernel_attention, softmax_attention
 from linattn_core.favor import (
     favor_attention,
+    fourier_features,
     iid_gaussian,
     orthogonal_gaussian,
     positive_features,
@@ -165,6 +166,29 @@ def test_feature_shapes_and_signs():
     assert trig_features(x, w).shape == (2, 3, 4, 14)
     assert positive_features(x[0, 0, 0], w).shape == (7,)
     assert positive_features(x.float(), w.float()).dtype == torch.float32
+
+
+def test_fourier_features_are_trig_features_without_the_norm_factor():
+    x, y, _ = random_qkv(2, n=5, d=4)
+    w = iid_gaussian(9, 4, generator=generator(1))
+    phi_x, phi_y = fourier_features(x, w), fourier_features(y, w)  # (2, 5, 18)
+    assert phi_x.shape == (2, 5, 18) and bool((phi_x.abs() <= 9**-0.5 + 1e-15).all())
+    h = torch.exp(x.square().sum(-1, keepdim=True) / 2)  # (2, 5, 1)
+    assert_close(trig_features(x, w), h * phi_x, rtol=1e-13)
+    differences = x[..., :, None, :] - y[..., None, :, :]  # (2, 5, 5, d)
+    mean_cos = torch.cos(differences @ w.T).mean(-1)
+    assert_close(phi_x @ phi_y.mT, mean_cos, rtol=1e-12)
+
+
+@pytest.mark.parametrize("m", [4, 64])
+def test_fourier_features_estimate_the_gaussian_kernel_with_the_predicted_variance(m):
+    d, n_draws = 5, 4000
+    x, y = pair(d, 0.6, seed=2)
+    gaussian = torch.exp(-(x - y).square().sum() / 2).item()
+    samples = estimates(fourier_features, x, y, draws("iid", n_draws, m, d, seed=11))
+    assert abs(standard_errors_from(samples, gaussian)) < 4
+    predicted_std = (1 - gaussian**2) / math.sqrt(2 * m)  # (1 − e^{−|x−y|²})/√(2m)
+    assert abs(samples.std().item() / predicted_std - 1) < 0.1
 
 
 @pytest.mark.parametrize(
@@ -357,6 +381,7 @@ W = iid_gaussian(5, 3)
         (lambda: positive_features(Q, W[:0]), ValueError, "at least one row"),
         (lambda: positive_features(Q, W.float()), TypeError, "w must have the same dtype as x"),
         (lambda: positive_features(Q.long(), W), TypeError, "x must be a floating-point"),
+        (lambda: fourier_features(Q, W[:, :2]), ValueError, "fourier_features: w must have as"),
         (lambda: favor_attention(Q, K, V, W, kind="relu"), ValueError, "kind must be one of"),
         (lambda: favor_attention(Q, K, V, W, scale=0.0), ValueError, "scale must be a positive"),
         (lambda: favor_attention(Q, K, V, W.float()), TypeError, "w must have the same dtype as q"),

@@ -310,6 +310,90 @@ def test_self_attention_bound_at_zero_tokens_is_the_value_term():
     )
 
 
+# ---------------------------------------------------------------------------- attention blocks
+
+
+def layernorm_columns(X, gamma, beta=None, eps=1e-5):
+    """LayerNorm of every token (column) of X `(d, n)`, with torch's layer_norm."""
+    return F.layer_norm(X.T, (X.shape[0],), gamma, beta, eps).T
+
+
+BLOCKS = {  # f(X) for each placement of LayerNorm around self-attention
+    "pre": lambda X, Wq, Wk, Wv, g, b: (
+        X + attention_columns(layernorm_columns(X, g, b), Wq, Wk, Wv)
+    ),
+    "post": lambda X, Wq, Wk, Wv, g, b: layernorm_columns(
+        X + attention_columns(X, Wq, Wk, Wv), g, b
+    ),
+    "branch": lambda X, Wq, Wk, Wv, g, b: (
+        X + layernorm_columns(attention_columns(X, Wq, Wk, Wv), g, b)
+    ),
+}
+
+
+@pytest.mark.parametrize(("d", "n"), [(5, 4), (3, 1), (6, 7)])
+def test_layernorm_tokens_is_block_diagonal_and_matches_autograd(d, n):
+    g = torch.Generator().manual_seed(d + n)
+    X, gamma = torch.randn(d, n, dtype=f64, generator=g), torch.randn(d, dtype=f64, generator=g)
+    J = jacobians.layernorm_tokens(X, gamma, eps=0.01)
+    assert_close(
+        J, jacobian(lambda X: layernorm_columns(X, gamma, eps=0.01), (X,), layout="vec"), rtol=RTOL
+    )
+    batched = jacobians.layernorm_tokens(torch.stack([X, 2 * X]), gamma, eps=0.01)
+    assert batched.shape == (2, d * n, d * n)
+    assert_close(batched[0], J, rtol=1e-14)
+
+
+@pytest.mark.parametrize("d", [3, 8])
+def test_layernorm_jacobian_norm_is_gain_over_standard_deviation(d):
+    # ‖J_LN(x)‖₂ ≤ ‖γ‖∞/√(var(x) + eps), with equality for a constant gain when d ≥ 3
+    g = torch.Generator().manual_seed(d)
+    x, gamma = torch.randn(4, d, dtype=f64, generator=g), torch.randn(d, dtype=f64, generator=g)
+    bound = gamma.abs().max() / (x.var(dim=-1, unbiased=False) + 1e-5).sqrt()
+    assert (torch.linalg.matrix_norm(jacobians.layernorm(x, gamma), ord=2) <= bound).all()
+    constant = torch.full((d,), -1.5, dtype=f64)
+    assert_close(
+        torch.linalg.matrix_norm(jacobians.layernorm(x, constant), ord=2),
+        1.5 / (x.var(dim=-1, unbiased=False) + 1e-5).sqrt(),
+        rtol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "branch"])
+@pytest.mark.parametrize(("d", "n", "d_q"), [(5, 4, 3), (4, 1, 2), (6, 5, 6)])
+def test_attention_block_matches_autograd(placement, d, n, d_q):
+    g = torch.Generator().manual_seed(d * n + d_q)
+    shapes = [(d, n), (d_q, d), (d_q, d), (d, d), (d,), (d,)]
+    X, Wq, Wk, Wv, gamma, beta = (torch.randn(*s, dtype=f64, generator=g) for s in shapes)
+    expected = jacobian(lambda X: BLOCKS[placement](X, Wq, Wk, Wv, gamma, beta), (X,), layout="vec")
+    J = jacobians.attention_block(X, Wq, Wk, Wv, gamma, placement, beta)
+    assert_close(J, expected, rtol=RTOL)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "branch"])
+def test_attention_block_batched_and_its_bound_holds(placement):
+    g = torch.Generator().manual_seed(4)
+    _, Wq, Wk, Wv = column_layout_inputs(5, 6, 3, 5, seed=5)
+    gamma = torch.randn(5, dtype=f64, generator=g)
+    X = torch.randn(12, 5, 6, dtype=f64, generator=g) * 4 * torch.rand(12, 1, 1, dtype=f64)
+    J = jacobians.attention_block(X, Wq, Wk, Wv, gamma, placement)
+    assert J.shape == (12, 30, 30)
+    assert_close(J[7], jacobians.attention_block(X[7], Wq, Wk, Wv, gamma, placement), rtol=1e-12)
+    bounds = jacobians.attention_block_bound(X, Wq, Wk, Wv, gamma, placement)
+    assert bounds.shape == (12,)
+    assert (torch.linalg.matrix_norm(J, ord=2) <= bounds).all()
+
+
+def test_pre_ln_branch_falls_like_one_over_the_token_norm():
+    # LN(tX) = LN(X) up to eps and J_LN(tX) = J_LN(X)/t: the branch of x + SA(LN(x)) shrinks
+    X, Wq, Wk, Wv = column_layout_inputs(4, 5, 4, 4, seed=6)
+    gamma, eye = torch.ones(4, dtype=f64), torch.eye(20, dtype=f64)
+    branch = [
+        jacobians.attention_block(t * X, Wq, Wk, Wv, gamma, "pre", eps=0.0) - eye for t in (1, 10)
+    ]
+    assert_close(10 * branch[1], branch[0], rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------- QK-norm
 
 
@@ -417,6 +501,26 @@ def test_bad_inputs_name_the_argument():
             lambda: J.qknorm_logit(x, x, g.float(), g),
         ),
         (ValueError, "qknorm_logit: eps", lambda: J.qknorm_logit(x, x, g, g, eps=-1.0)),
+        (
+            ValueError,
+            "layernorm_tokens: gamma must have shape",
+            lambda: J.layernorm_tokens(X, g[:2]),
+        ),
+        (
+            ValueError,
+            "attention_block: Wv must have shape",
+            lambda: J.attention_block(X, W, W, W, g, "pre"),
+        ),
+        (
+            ValueError,
+            "attention_block: placement must be",
+            lambda: J.attention_block(X, W, W, torch.eye(4, dtype=f64), g, "doc"),
+        ),
+        (
+            ValueError,
+            "attention_block_bound: beta must have shape",
+            lambda: J.attention_block_bound(X, W, W, torch.eye(4, dtype=f64), g, "pre", g[:3]),
+        ),
     ]
     for error, message, call in cases:
         with pytest.raises(error, match=message):

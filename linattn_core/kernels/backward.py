@@ -1,26 +1,26 @@
 """The backward pass of causal linear attention in three Triton kernels, and their launcher.
 
-Given the output gradient g_i = ∂L/∂o_i, with ρ_i the forward's reciprocal denominators and
-a_i = −g_i·o_i (book, chapter 1: the denominator is the numerator of a value column of ones),
+Given the output gradient g_i = ∂L/∂o_i, with r_i the forward's reciprocal denominators and
+a_i = −g_i·o_i (book, 02_linear_attention: the denominator is the numerator of a ones column),
 the chain rule gives, for positions i and j in chunk t,
 
-    dq_i = ρ_i (g_i S_tᵀ + a_i z_t + Σ_{tC ≤ j ≤ i} (g_i·v_j + a_i) k_j)
-    dk_j = D_t v_j + y_t + Σ_{j ≤ i < tC + C} ρ_i (g_i·v_j + a_i) q_i
-    dv_j = k_j D_t + Σ_{j ≤ i < tC + C} ρ_i (q_i·k_j) g_i
+    dq_i = r_i (g_i S_tᵀ + a_i z_t + Σ_{tC ≤ j ≤ i} (g_i·v_j + a_i) k_j)
+    dk_j = D_t v_j + y_t + Σ_{j ≤ i < tC + C} r_i (g_i·v_j + a_i) q_i
+    dv_j = k_j D_t + Σ_{j ≤ i < tC + C} r_i (q_i·k_j) g_i
 
 with the forward states S_t, z_t (the sums over the chunks before t) and the backward states
-D_t = Σ ρ_i q_iᵀ g_i `(K, V)` and y_t = Σ ρ_i a_i q_i `(K,)`, sums over the chunks *after* t.
-Without normalization ρ = 1 and a = 0. The first kernel walks the chunks backwards and writes
+D_t = Σ r_i q_iᵀ g_i `(K, V)` and y_t = Σ r_i a_i q_i `(K,)`, sums over the chunks *after* t.
+Without normalization r = 1 and a = 0. The first kernel walks the chunks backwards and writes
 every D_t (and y_t); the other two compute dv, and dq with dk, for all chunks at once. The
 forward states are recomputed by the forward's state kernel, so the forward pass saves nothing
-but its inputs, its output and ρ: memory O(N(d + d_v)).
+but its inputs, its output and r: memory O(N(d + d_v)).
 
 Precision, as in the forward pass: operands in the inputs' dtype, float32 accumulation. Two
 scalings keep 16-bit operands in range. D_t is stored as the mean dh_t = D_t / W_t with the
-weight W_t = Σ |ρ_i| over the same tokens (their count without normalization), so it stays within
-the range of the products q_iᵀ g_i; consumers multiply by W_t in float32. And ρ_i, which falls like
+weight W_t = Σ |r_i| over the same tokens (their count without normalization), so it stays within
+the range of the products q_iᵀ g_i; consumers multiply by W_t in float32. And r_i, which falls like
 1/i (1e-6 after 16k tokens, below float16's normal range), never enters a product by itself:
-within a chunk it is split as ρ_i = m (ρ_i / m) with m = max |ρ| over the chunk, the ratio goes
+within a chunk it is split as r_i = m (r_i / m) with m = max |r| over the chunk, the ratio goes
 into the 16-bit operand and m multiplies the float32 result.
 
 Layout: q, k, dq, dk `(B, H, N, K)`; v, do, dv `(B, H, N, V)`; all contiguous.
@@ -39,7 +39,7 @@ from linattn_core.kernels.tiles import tiles
 def chunk_states_bwd_kernel(
     q,  # [B, H, N, K]
     do,  # [B, H, N, V]
-    rden,  # [B, H, N] float32 ρ, read when NORMALIZE
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i = −g_i·o_i, read when NORMALIZE
     w,  # [B, H, NT + 1] float32 W_t, the weight of the tokens from boundary t on
     dh,  # [B, H, NT + 1, K, V] written: dh_t = D_t / W_t, the mean state at boundary t
@@ -52,7 +52,7 @@ def chunk_states_bwd_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """D_t = D_{t+1} + Σ_{i in chunk t} ρ_i q_iᵀ g_i over chunks t = NT − 1, …, 0: one (BK, BV)
+    """D_t = D_{t+1} + Σ_{i in chunk t} r_i q_iᵀ g_i over chunks t = NT − 1, …, 0: one (BK, BV)
     tile a program, stored at every chunk boundary t = NT … 0; y likewise. (D_0 would be the
     gradient of an initial state.)"""
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
@@ -74,7 +74,7 @@ def chunk_states_bwd_kernel(
             b_rden = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)  # [C]
             b_a = tl.load(a + i_bh * N + o_t, mask=m_t, other=0.0)
             b_y += tl.sum(b_q.to(tl.float32) * (b_rden * b_a)[None, :], axis=1)
-            b_m = tl.maximum(tl.max(tl.abs(b_rden)), 1e-30)  # ρ = m (ρ / m), |ρ / m| ≤ 1
+            b_m = tl.maximum(tl.max(tl.abs(b_rden)), 1e-30)  # r = m (r / m), |r / m| ≤ 1
             b_qr = (b_q * (b_rden / b_m)[None, :]).to(b_q.dtype)
             b_d += b_m * dot(b_qr, b_do, None)
         else:
@@ -89,7 +89,7 @@ def chunk_dv_bwd_kernel(
     k,  # [B, H, N, K]
     do,  # [B, H, N, V]
     dh,  # [B, H, NT + 1, K, V] mean backward states, from chunk_states_bwd_kernel
-    rden,  # [B, H, N] float32 ρ, read when NORMALIZE
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
     w,  # [B, H, NT + 1] float32 W_t
     dv,  # [B, H, N, V] written
     N,
@@ -100,7 +100,7 @@ def chunk_dv_bwd_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """dv_j = W_t k_j dh_t + Σ_{j ≤ i in the chunk} ρ_i (q_i·k_j) g_i: one chunk, BV columns."""
+    """dv_j = W_t k_j dh_t + Σ_{j ≤ i in the chunk} r_i (q_i·k_j) g_i: one chunk, BV columns."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_t = i_t * C + tl.arange(0, C)
@@ -145,7 +145,7 @@ def chunk_dqk_bwd_kernel(
     z,  # [B, H, NT + 1, K] float32 forward key sums, read when NORMALIZE
     dh,  # [B, H, NT + 1, K, V] mean backward states
     dy,  # [B, H, NT + 1, K] float32 y_t, read when NORMALIZE
-    rden,  # [B, H, N] float32 ρ, read when NORMALIZE
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i = −g_i·o_i, read when NORMALIZE
     w,  # [B, H, NT + 1] float32 W_t
     dq,  # [B, H, N, K] written
@@ -159,7 +159,7 @@ def chunk_dqk_bwd_kernel(
     NORMALIZE: tl.constexpr,
 ):
     """dq and dk of one chunk, BK feature columns: with M_ij = g_i·v_j + a_i for j ≤ i,
-    dq = ρ (tC · g h_tᵀ + a z_tᵀ + M k) and dk = W_t · v dh_tᵀ + y_t + (ρ M)ᵀ q."""
+    dq = r (tC · g h_tᵀ + a z_tᵀ + M k) and dk = W_t · v dh_tᵀ + y_t + (r M)ᵀ q."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_t = i_t * C + tl.arange(0, C)
@@ -195,7 +195,7 @@ def chunk_dqk_bwd_kernel(
         b_dq += b_a[:, None] * b_z[None, :]
         b_dq = dot(b_ds.to(b_k.dtype), b_k, b_dq)
         b_dq = b_dq * b_rden[:, None]
-        b_m = tl.maximum(tl.max(tl.abs(b_rden)), 1e-30)  # ρ = m (ρ / m), |ρ / m| ≤ 1
+        b_m = tl.maximum(tl.max(tl.abs(b_rden)), 1e-30)  # r = m (r / m), |r / m| ≤ 1
         b_dsr = tl.trans(b_ds * (b_rden / b_m)[:, None]).to(b_q.dtype)
         b_dk += b_m * dot(b_dsr, b_q, None) + b_y[None, :]
     else:
@@ -209,8 +209,8 @@ def chunk_dqk_bwd_kernel(
 
 
 def state_weights(rden, n, *, chunk_size):
-    """W_t `(B, H, NT + 1)` float32 at every chunk boundary t: Σ |ρ_i| over the tokens i ≥ tC
-    (their count when ρ is None, `(NT + 1,)`), the weights of the backward states' means."""
+    """W_t `(B, H, NT + 1)` float32 at every chunk boundary t: Σ |r_i| over the tokens i ≥ tC
+    (their count when r is None, `(NT + 1,)`), the weights of the backward states' means."""
     n_chunks = triton.cdiv(n, chunk_size)
     if rden is None:
         return (n - chunk_size * torch.arange(n_chunks + 1)).clamp(min=0).float()
@@ -223,7 +223,7 @@ def state_weights(rden, n, *, chunk_size):
 def chunk_linear_attention_bwd(q, k, v, o, rden, do, *, chunk_size, arch):
     """Gradients (dq, dk, dv) of causal linear attention for the output gradient `do`.
 
-    `o` and `rden` are the forward's output and ρ (both None without normalization); every tensor
+    `o` and `rden` are the forward's output and r (both None without normalization); every tensor
     contiguous `(B, H, N, ·)`; `arch` selects the tiles (`tiles.py`).
     """
     batch, heads, n, d_k = q.shape

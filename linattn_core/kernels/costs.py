@@ -17,7 +17,7 @@ padded rows of the last chunk too). Per head:
                    b·NT·(2·C·V·K/BK + 2·K·V + 4·C·K) bytes,
                    2·NT·(C²·V·K/BK + 2·C·K·V + 2·C²·K) FLOPs;
 
-plus the float32 vectors of the normalizer (ρ, a, z, y, W: 4 bytes a number), and in the backward
+plus the float32 vectors of the normalizer (r, a, z, y, W: 4 bytes a number), and in the backward
 pass the recomputed forward states and torch's a = −g·o. `tests/kernels/test_costs.py` checks
 every count against what the kernels do in the Triton interpreter. The roofline time of a kernel
 is max(FLOPs / P, bytes / β), with P the peak rate of its operands' tensor cores (float32 runs as
@@ -162,7 +162,7 @@ def _state_walk(kernel, s):
     reads = s.nt * s.c * (s.d * value_tiles + s.d_v * feature_tiles) * s.itemsize
     writes = (s.nt + 1) * s.d * s.d_v * s.itemsize
     vectors = (s.nt + 1) * s.d * 4 if s.normalize else 0  # z or y
-    if kernel == "states_bwd":  # every program loads W at each boundary, and ρ, a per token
+    if kernel == "states_bwd":  # every program loads W at each boundary, and r, a per token
         per_program = (s.nt + 1) + (2 * s.nt * s.c if s.normalize else 0)
         vectors += per_program * 4 * feature_tiles * value_tiles
     flops = 2 * s.nt * s.c * s.d * s.d_v
@@ -175,9 +175,9 @@ def _per_value_tile(kernel, s):
     _, value_tiles = s.tiles(kernel)
     moved = s.nt * (2 * s.c * s.d * value_tiles + s.d * s.d_v + 2 * s.c * s.d_v) * s.itemsize
     if kernel == "output" and s.normalize:
-        moved += s.nt * (s.d * value_tiles + s.c) * 4  # z per value tile; ρ stored once
+        moved += s.nt * (s.d * value_tiles + s.c) * 4  # z per value tile; r stored once
     if kernel == "dv":
-        moved += s.nt * value_tiles * 4 * (1 + (s.c if s.normalize else 0))  # W, and ρ
+        moved += s.nt * value_tiles * 4 * (1 + (s.c if s.normalize else 0))  # W, and r
     flops = 2 * s.nt * (s.c * s.d * s.d_v + s.c * s.c * s.d * value_tiles + s.c * s.c * s.d_v)
     name = "chunk_output_fwd_kernel" if kernel == "output" else "chunk_dv_bwd_kernel"
     return KernelCost(name, s.bh * flops, s.bh * moved)
@@ -189,7 +189,7 @@ def _dqk(s):
     moved = s.nt * (2 * s.c * s.d_v * feature_tiles + 2 * s.d * s.d_v + 4 * s.c * s.d) * s.itemsize
     moved += s.nt * feature_tiles * 4  # W
     if s.normalize:
-        moved += s.nt * (2 * s.c * feature_tiles + 2 * s.d) * 4  # ρ, a per feature tile; z, y
+        moved += s.nt * (2 * s.c * feature_tiles + 2 * s.d) * 4  # r, a per feature tile; z, y
     flops = (
         2 * s.nt * (s.c * s.c * s.d_v * feature_tiles + 2 * s.c * s.d * s.d_v + 2 * s.c * s.c * s.d)
     )

@@ -1,7 +1,7 @@
 """The forward pass of the delta rule (DeltaNet) in three Triton kernels, and their launcher.
 
 For a chunk of C = 64 tokens with keys K, values V, queries Q, rates β and the state S_0 at its
-start (book, chapter 5, theorem "One chunk of the delta rule"):
+start (book, chapters/06_delta_rule, theorem "One chunk of the delta rule"):
 
     A = (I + N)⁻¹,  N = diag(β) (K Kᵀ ⊙ M⁻),      W = A diag(β) K,   Ũ = A diag(β) V,
     U = Ũ − W S_0ᵀ,    O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U,    S_C = S_0 + Uᵀ K.

@@ -2,7 +2,7 @@
 `delta_rule(..., method="triton")`.
 
 The kernels (`delta_forward.py`, `delta_backward.py`) compute the chunked form of the book's
-chapter 5 — per chunk of 64 tokens the triangular inverse A, then W = A diag(β) K and
+chapters/06_delta_rule — per chunk of 64 tokens the triangular inverse A, then W = A diag(β) K and
 Ũ = A diag(β) V, a walk over the chunks for the corrections U = Ũ − W S_0ᵀ and the states, and
 the outputs O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U — and its backward pass, every gradient included (q, k,
 v, β and the initial state). The forward pass saves only its inputs; the backward pass recomputes

@@ -2,12 +2,12 @@
 
 With chunks of C tokens, chunk t holding positions tC … tC + C − 1, and the state of the tokens
 before it, S_t = Σ_{j < tC} k_jᵀ v_j `(K, V)` and z_t = Σ_{j < tC} k_j `(K,)`, every output row
-of chunk t is (book, chapter 1, the chunked form)
+of chunk t is (book, chapters/02_linear_attention, the chunked form)
 
-    o_i = ρ_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j),
-    ρ_i = 1 / (q_i·z_t + Σ_{tC ≤ j ≤ i} q_i·k_j + ε)
+    o_i = r_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j),
+    r_i = 1 / (q_i·z_t + Σ_{tC ≤ j ≤ i} q_i·k_j + ε)
 
-(ρ_i = 1 without normalization). The first kernel walks the chunks in order and writes every
+(r_i = 1 without normalization). The first kernel walks the chunks in order and writes every
 S_t; the second computes all chunks' outputs at once, one program per chunk, from those states.
 That split is flash-linear-attention's (`chunk_fwd_kernel_h`, `chunk_fwd_kernel_o`): the walk
 does one small matrix product per chunk, and the heavy part runs in parallel over the sequence.
@@ -16,7 +16,7 @@ Precision: the matrix products take 16-bit inputs as they are, on their own tens
 float32 inputs as three TF32 products (`dot`); all accumulate in float32. The states are stored
 in the inputs' dtype as **means**, h_t = S_t / (tC): a sum over 100k tokens can leave float16's
 range, a mean of products of representable numbers cannot, and the consumer multiplies the
-float32 product q_i h_t back by tC. The normalizer z_t and ρ stay float32.
+float32 product q_i h_t back by tC. The normalizer z_t and r stay float32.
 
 Layout: q, k `(B, H, N, K)` and v `(B, H, N, V)` contiguous; K, V multiples of the tiles BK, BV.
 """
@@ -97,7 +97,7 @@ def chunk_output_fwd_kernel(
     h,  # [B, H, NT + 1, K, V] mean states, from chunk_states_fwd_kernel
     z,  # [B, H, NT + 1, K] float32 key sums, read when NORMALIZE
     o,  # [B, H, N, V] written
-    rden,  # [B, H, N] float32, written when NORMALIZE: ρ_i
+    rden,  # [B, H, N] float32, written when NORMALIZE: r_i
     N,
     eps,
     K,
@@ -107,7 +107,7 @@ def chunk_output_fwd_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """o_i = ρ_i (tC · q_i h_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j): one chunk, BV value columns."""
+    """o_i = r_i (tC · q_i h_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j): one chunk, BV value columns."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_t = i_t * C + tl.arange(0, C)
@@ -169,7 +169,7 @@ def chunk_states_fwd(k, v, *, normalize, chunk_size, arch):
 
 
 def chunk_linear_attention_fwd(q, k, v, *, normalize, eps, chunk_size, arch):
-    """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, ρ `(B, H, N)` float32 or
+    """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, r `(B, H, N)` float32 or
     None). Inputs contiguous `(B, H, N, ·)`; `arch` selects the tiles (`tiles.py`)."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]

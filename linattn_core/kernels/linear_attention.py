@@ -6,14 +6,14 @@ and `backward.py`, tiles per GPU architecture in `tiles.py`, input checks in
 `linattn_core.validation`, and here the autograd Function that joins the two passes and the
 documented public function. With s_ij = φ(q_i)·φ(k_j), the forward pass computes
 
-    o_i = ρ_i Σ_{j ≤ i} s_ij v_j,    ρ_i = 1 / (Σ_{j ≤ i} s_ij + ε)    (ρ_i = 1 unnormalized)
+    o_i = r_i Σ_{j ≤ i} s_ij v_j,    r_i = 1 / (Σ_{j ≤ i} s_ij + ε)    (r_i = 1 unnormalized)
 
-and saves its inputs, its output and the N numbers ρ_i; the backward pass applies the chain rule
+and saves its inputs, its output and the N numbers r_i; the backward pass applies the chain rule
 of the book's first chapter (the denominator is the numerator of a value column of ones),
 
-    ∂L/∂φ(q_i) = ρ_i Σ_{j ≤ i} (g_i·v_j + a_i) φ(k_j),      a_i = −g_i·o_i
-    ∂L/∂φ(k_j) = Σ_{i ≥ j} ρ_i (g_i·v_j + a_i) φ(q_i)
-    ∂L/∂v_j    = Σ_{i ≥ j} ρ_i s_ij g_i
+    ∂L/∂φ(q_i) = r_i Σ_{j ≤ i} (g_i·v_j + a_i) φ(k_j),      a_i = −g_i·o_i
+    ∂L/∂φ(k_j) = Σ_{i ≥ j} r_i (g_i·v_j + a_i) φ(q_i)
+    ∂L/∂v_j    = Σ_{i ≥ j} r_i s_ij g_i
 
 chunk by chunk, recomputing the forward states instead of storing them: O(N(d + d_v)) memory.
 """

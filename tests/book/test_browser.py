@@ -273,7 +273,7 @@ def test_search_index_delimits_the_math_of_titles():
     HTML, where _extra/shims/search-math.js typesets each \\(...\\) (_ext/book_pages.py)."""
     text = (HTML / "searchindex.js").read_text(encoding="utf-8")
     titles = json.loads(text[text.index("(") + 1 : text.rindex(")")])["alltitles"]
-    assert r"\(\sigma_1\) by power iteration" in titles
+    assert r"\(\phi(x) = x\): a kernel, but not a similarity" in titles
     outside = [t for t in titles if re.search(TEX, re.sub(r"\\\(.*?\\\)", "", t))]
     assert not outside, f"titles with TeX outside \\(...\\): {outside}"
 

@@ -33,7 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "sync_macros.py"
 # Theorems, proofs, citations, a {doc} link and the macros \T, \R, \E, \norm{…} and \bigO{…}.
-CHAPTER = ROOT / "chapters" / "03_favor.ipynb"
+CHAPTER = ROOT / "chapters" / "05_favor.ipynb"
 UNDEFINED = r"\notABookMacro"
 SETTINGS = {
     # every cell in the DOM, so that every Markdown cell renders without scrolling

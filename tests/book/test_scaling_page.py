@@ -11,7 +11,7 @@ import pytest
 
 HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
 
-PAGE = "chapters/09_scaling.html"
+PAGE = "chapters/10_scaling.html"
 
 pytestmark = pytest.mark.book
 
