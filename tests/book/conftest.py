@@ -55,13 +55,9 @@ def browser():
         browser.close()
 
 
-@pytest.fixture
-def offline_page(browser):
-    """A new page that serves only 127.0.0.1, data: and blob: URLs: `(page, problems)`, where
-    problems lists the requests it refused, the JavaScript errors it saw and the errors logged to
-    the console."""
-    problems = []
-    page = browser.new_page()
+def keep_offline(page, problems):
+    """Let `page` load only 127.0.0.1, data: and blob: URLs: append every request it refuses, and
+    every JavaScript error the page raises, to `problems`."""
 
     def route(route):
         host = urlparse(route.request.url).hostname
@@ -73,6 +69,16 @@ def offline_page(browser):
 
     page.route("**/*", route)
     page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+
+
+@pytest.fixture
+def offline_page(browser):
+    """A new page that serves only 127.0.0.1, data: and blob: URLs: `(page, problems)`, where
+    problems lists the requests it refused, the JavaScript errors it saw and the errors logged to
+    the console."""
+    problems = []
+    page = browser.new_page()
+    keep_offline(page, problems)
     page.on(
         "console",
         lambda message: (

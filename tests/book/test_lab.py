@@ -25,10 +25,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
 import nbformat
 import pytest
+
+from .conftest import keep_offline
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "sync_macros.py"
@@ -186,17 +187,7 @@ def shown(lab, browser):
     url, markdown = lab
     problems = []
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-
-    def route(route):
-        url = route.request.url
-        if url.startswith(("data:", "blob:")) or urlparse(url).hostname == "127.0.0.1":
-            route.continue_()
-        else:
-            problems.append(f"request leaves 127.0.0.1: {url}")
-            route.abort()
-
-    page.route("**/*", route)
-    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    keep_offline(page, problems)
     try:
         page.goto(url, wait_until="load")
         page.wait_for_selector(".jp-MarkdownCell", timeout=45000)
