@@ -217,7 +217,7 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     check_choice(fn, "method", method, METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     if method == "triton":
-        from linattn_core.kernels.delta_rule import triton_delta_rule  # triton is optional
+        from linattn_core.kernels import triton_delta_rule  # triton is optional
 
         options = {"chunk_size": chunk_size, "initial_state": initial_state}
         return triton_delta_rule(q, k, v, beta, **options)

@@ -25,7 +25,8 @@ def check_tensor(fn: str, name: str, x: object, *, min_rank: int) -> None:
     if x.dim() < min_rank:
         dimensions = "dimension" if min_rank == 1 else "dimensions"
         raise ValueError(
-            f"{fn}: {name} must have at least {min_rank} {dimensions}; got {name}.shape={_shape(x)}"
+            f"{fn}: {name} must have at least {min_rank} {dimensions}; "
+            f"got {name}.shape={shape_of(x)}"
         )
 
 
@@ -33,7 +34,7 @@ def check_matrix(fn: str, name: str, x: object) -> None:
     """A floating-point tensor with exactly two dimensions `(m, n)`."""
     check_tensor(fn, name, x, min_rank=2)
     if x.dim() != 2:
-        raise ValueError(f"{fn}: {name} must be a matrix (m, n); got {name}.shape={_shape(x)}")
+        raise ValueError(f"{fn}: {name} must be a matrix (m, n); got {name}.shape={shape_of(x)}")
 
 
 def check_square(fn: str, name: str, x: object) -> None:
@@ -41,7 +42,7 @@ def check_square(fn: str, name: str, x: object) -> None:
     check_matrix(fn, name, x)
     if x.shape[0] != x.shape[1]:
         raise ValueError(
-            f"{fn}: {name} must be a square matrix (n, n); got {name}.shape={_shape(x)}"
+            f"{fn}: {name} must be a square matrix (n, n); got {name}.shape={shape_of(x)}"
         )
 
 
@@ -61,7 +62,7 @@ def check_attention_inputs(fn: str, names: tuple[str, str, str], q, k, v) -> Non
     if q.shape[-1] == 0:
         raise ValueError(
             f"{fn}: {q_name} and {k_name} must have at least one feature (d ≥ 1); "
-            f"got {q_name}.shape={_shape(q)}"
+            f"got {q_name}.shape={shape_of(q)}"
         )
     check_same_dtype_and_device(fn, q_name, q, **{k_name: k, v_name: v})
 
@@ -120,11 +121,11 @@ def _require_same(fn, what, dims, name, x, ref_name, ref) -> None:
     if x.shape[dims] != ref.shape[dims]:
         raise ValueError(
             f"{fn}: {name} must have the same {what} as {ref_name}; "
-            f"got {name}.shape={_shape(x)}, {ref_name}.shape={_shape(ref)}"
+            f"got {name}.shape={shape_of(x)}, {ref_name}.shape={shape_of(ref)}"
         )
 
 
-def _shape(x: torch.Tensor) -> tuple[int, ...]:
+def shape_of(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
@@ -135,71 +136,3 @@ def _is_int(value: object) -> bool:
 
 def _is_real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def check_kernel_inputs(fn, names, q, k, v, *, chunk_size, interpreted):
-    """q, k `(..., N, d)` and v `(..., N, d_v)` that the Triton kernels can run on.
-
-    d and d_v must be in `kernels.tiles.SUPPORTED_DIMS` (tensor-core tiles, and no masking along
-    features), the dtype one of `SUPPORTED_DTYPES`, the chunk size one of
-    `SUPPORTED_CHUNK_SIZES`, the device a CUDA GPU, or the CPU when the kernels are `interpreted`.
-    """
-    from linattn_core.kernels.tiles import (  # here: importing the kernels imports triton
-        SUPPORTED_CHUNK_SIZES,
-        SUPPORTED_DIMS,
-        SUPPORTED_DTYPES,
-    )
-
-    check_attention_inputs(fn, names, q, k, v)
-    q_name, _, v_name = names
-    for name, x, dim in ((q_name, q, "d"), (v_name, v, "d_v")):
-        if x.shape[-1] not in SUPPORTED_DIMS:
-            raise ValueError(
-                f"{fn}: the feature dimension {dim} = {name}.shape[-1] must be one of "
-                f"{', '.join(map(str, SUPPORTED_DIMS))} for the Triton kernels; "
-                f"got {name}.shape={_shape(x)} (pad the features with zeros, or use "
-                f"method='chunked')"
-            )
-    if str(q.dtype).removeprefix("torch.") not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"{fn}: the Triton kernels take float32, bfloat16 or float16 tensors; "
-            f"got {q_name}.dtype={q.dtype} (float64 references: use method='chunked')"
-        )
-    if chunk_size not in SUPPORTED_CHUNK_SIZES or isinstance(chunk_size, bool):
-        raise ValueError(
-            f"{fn}: chunk_size must be one of {', '.join(map(str, SUPPORTED_CHUNK_SIZES))} "
-            f"for the Triton kernels, whose tiles are compiled and checked for it; "
-            f"got chunk_size={chunk_size!r} (other chunk sizes: method='chunked')"
-        )
-    check_kernel_device(fn, q_name, q, interpreted=interpreted)
-
-
-def check_kernel_device(fn, name, x, *, interpreted):
-    """A CUDA tensor, or a CPU tensor when the kernels are `interpreted` (TRITON_INTERPRET=1 set
-    before triton's first import)."""
-    if x.device.type == "cuda":
-        return
-    if x.device.type != "cpu":
-        raise ValueError(
-            f"{fn}: the Triton kernels run on CUDA devices (or on the CPU under the Triton "
-            f"interpreter); got {name}.device={x.device}"
-        )
-    if interpreted:
-        return
-    import triton  # imported already: the kernels were
-
-    if triton.knobs.runtime.interpret:
-        hint = (
-            "TRITON_INTERPRET=1 was set after triton was imported; set it before triton's "
-            "first import (restart the Python process or notebook kernel)"
-        )
-    else:
-        hint = (
-            "set the environment variable TRITON_INTERPRET=1 before triton is first imported "
-            "(`TRITON_INTERPRET=1 python ...`, or os.environ['TRITON_INTERPRET'] = '1' at the "
-            "top of the script, before linattn_core.kernels or torch.utils.flop_counter)"
-        )
-    raise ValueError(
-        f"{fn}: {name} is on the CPU, where the Triton kernels run only in the Triton "
-        f"interpreter: {hint}; or move the tensors to a CUDA device. Got {name}.device={x.device}"
-    )

@@ -94,7 +94,8 @@ def interpreter_bfloat16_dot(monkeypatch):
 def arch(request, monkeypatch):
     """Run the Triton kernels with the tiles of each architecture (`kernels.tiles`): the
     interpreter checks the numbers of every launch configuration the GPUs will get."""
-    from linattn_core.kernels import delta_rule, linear_attention
+    from linattn_core.kernels.delta_rule import function as delta_rule
+    from linattn_core.kernels.linear_attention import function as linear_attention
 
     for module in (linear_attention, delta_rule):
         monkeypatch.setattr(module, "device_arch", lambda device: request.param)

@@ -1,13 +1,20 @@
-"""Triton kernels for causal linear attention, forward and backward.
+"""Triton kernels for causal linear attention and the delta rule, forward and backward.
 
-Layered as in flash-linear-attention: `@triton.jit` kernels and their launchers (`forward.py`,
-`backward.py`), the tiles each launcher picks per GPU architecture and what the kernels accept
-(`tiles.py`; the input checks are in `linattn_core.validation`), the autograd Function and the
-documented public function (`linear_attention.py`). `linattn_core.linear_attention(...,
-method="triton")` calls `triton_linear_attention`. `python -m linattn_core.kernels.compile` compiles
-every kernel for A100 and H100 without a GPU and reports registers, spills, shared memory and
-tensor-core use. Importing this package imports triton; the rest of `linattn_core` does not, so the
-package works where triton is absent.
+Laid out like flash-linear-attention's `ops/`: one folder per operation,
+
+    linear_attention/   forward.py, backward.py (`@triton.jit` kernels and their launchers),
+                        function.py (the autograd Function and `triton_linear_attention`)
+    delta_rule/         the same for the delta rule (`triton_delta_rule`)
+
+beside what they share: `common.py` (the matrix product `dot`, `INTERPRETED`, the device, and the
+one rule for the inputs the kernels accept, `check_inputs`) and `tiles.py` (tiles, warps and
+stages per kernel and GPU architecture). `tools/` holds what studies the kernels rather than
+running them: the compile check (`python -m linattn_core.kernels.tools.compile`), the launch
+recorder it uses, the memory tracer of the interpreter and the cost model.
+
+`linattn_core.linear_attention(..., method="triton")` and `linattn_core.delta_rule(...,
+method="triton")` call these kernels. Importing this package imports triton; the rest of
+`linattn_core` does not, so the package works where triton is absent.
 
 The kernels run on CUDA tensors, and on CPU tensors in the Triton interpreter when the
 environment variable TRITON_INTERPRET=1 is set before triton is first imported in the process
@@ -15,9 +22,17 @@ environment variable TRITON_INTERPRET=1 is set before triton is first imported i
 at the top of a script or notebook, or as `TRITON_INTERPRET=1 python ...`.
 """
 
-from linattn_core.kernels.forward import INTERPRETED
-from linattn_core.kernels.linear_attention import CausalLinearAttention, triton_linear_attention
-from linattn_core.kernels.tiles import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS, SUPPORTED_DTYPES
+from linattn_core.kernels.common import (
+    INTERPRETED,
+    SUPPORTED_CHUNK_SIZES,
+    SUPPORTED_DIMS,
+    SUPPORTED_DTYPES,
+)
+from linattn_core.kernels.delta_rule.function import DeltaRule, triton_delta_rule
+from linattn_core.kernels.linear_attention.function import (
+    CausalLinearAttention,
+    triton_linear_attention,
+)
 
 __all__ = [
     "INTERPRETED",
@@ -25,5 +40,7 @@ __all__ = [
     "SUPPORTED_DIMS",
     "SUPPORTED_DTYPES",
     "CausalLinearAttention",
+    "DeltaRule",
+    "triton_delta_rule",
     "triton_linear_attention",
 ]

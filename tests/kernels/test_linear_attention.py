@@ -13,8 +13,13 @@ pytest.importorskip("triton")
 
 from linattn_core import kernel_attention, linear_attention
 from linattn_core.kernels import triton_linear_attention
-from linattn_core.kernels.backward import state_weights
-from linattn_core.kernels.forward import chunk_states_fwd
+from linattn_core.kernels.linear_attention import forward
+from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
+from linattn_core.kernels.linear_attention.forward import (
+    chunk_linear_attention_fwd,
+    segment_length,
+    segment_sums,
+)
 from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_qkv, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +121,8 @@ def test_16_bit_operands(arch, n, d, d_v, normalize, dtype):
 def test_float16_states_and_denominators_stay_in_range():
     """Features and values of 30 on 512 tokens: the sums Σ k_jᵀ v_j pass float16's largest
     number (65504) after 2 of the 8 chunks, and ρ_i falls to 1e-7, below its smallest normal
-    number (6e-5). Stored as means and scaled by the chunk's largest ρ, they stay in range.
+    number (6e-5). Held in float32, divided by their largest magnitude where they become 16-bit
+    operands, and with ρ scaled by the chunk's largest, they stay in range.
 
     ∂/∂φ(q_i) = ρ_i Σ_j φ(k_j) g_i·(v_j − o_i) is computed as ρ_i (g_i Sᵀ − (g_i·o_i) z): with
     values that share a large mean the two terms cancel, and the rounding of the 16-bit state S
@@ -128,21 +134,48 @@ def test_float16_states_and_denominators_stay_in_range():
 
 
 @pytest.mark.interpreter
-def test_forward_states_are_means_at_the_chunk_boundaries():
-    _, phi_k, v = random_qkv(2, 1, n=100, d=16, d_v=32, dtype=torch.float32, positive=True)
-    h, z = chunk_states_fwd(phi_k, v, normalize=True, chunk_size=64, arch=90)  # 2 chunks
-    ends = [0, 64, 100]  # the boundaries, the last one after all N tokens
-    sums = torch.stack([phi_k[..., :e, :].double().mT @ v[..., :e, :].double() for e in ends], 2)
-    counts = torch.tensor([1, *ends[1:]], dtype=torch.float64)[:, None, None]
-    assert_close(h, sums / counts, rtol=RTOL_FLOAT32)  # (B, H, NT + 1, d, d_v)
-    key_sums = torch.stack([phi_k[..., :e, :].double().sum(-2) for e in ends], 2)
-    assert_close(z, key_sums, rtol=RTOL_FLOAT32)
+@pytest.mark.usefixtures("poisoned_empty")
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("segment", [1, 2, 3, 5])
+def test_segments_of_every_length(segment, normalize):
+    """Segments of 1, 2, 3 and 5 chunks over 5 chunks (the last one short): the walks start
+    from the other segments' sums and carry their states across chunks."""
+    qkv = random_qkv(1, 2, n=300, d=32, d_v=16, dtype=torch.float32, positive=normalize, seed=3)
+    grad_out = torch.randn(qkv[2].shape, generator=torch.Generator().manual_seed(4))
+    options = {"chunk_size": 64, "arch": 90, "segment": segment}
+    o, rden = chunk_linear_attention_fwd(*qkv, normalize=normalize, eps=1e-6, **options)
+    grads = chunk_linear_attention_bwd(*qkv, o if normalize else None, rden, grad_out, **options)
+    expected = outputs_and_gradients(
+        lambda q, k, v: reference(q, k, v, normalize=normalize),
+        *(x.double() for x in qkv),
+        grad_out.double(),
+    )
+    for name, a, e in zip(("output", "dq", "dk", "dv"), (o, *grads), expected, strict=True):
+        assert_close(a, e, rtol=RTOL_FLOAT32, name=name)
 
 
-def test_backward_state_weights_sum_from_each_chunk_boundary_on():
-    rden = torch.tensor([[[1.0, -2.0, 3.0, 4.0, 5.0]]])  # (1, 1, N = 5): chunks of 2, 3 chunks
-    assert state_weights(rden, 5, chunk_size=2).tolist() == [[[15.0, 12.0, 5.0, 0.0]]]
-    assert state_weights(None, 5, chunk_size=2).tolist() == [5.0, 3.0, 1.0, 0.0]  # counts
+@pytest.mark.interpreter
+def test_segment_sums_add_up_each_segments_tokens():
+    _, phi_k, v = random_qkv(2, 1, n=200, d=16, d_v=32, dtype=torch.float32, positive=True)
+    hs, zs = segment_sums(phi_k, v, normalize=True, chunk_size=64, segment=2, arch=90)
+    bounds = [(0, 128), (128, 200)]  # 4 chunks in segments of 2
+    sums = [phi_k[..., a:b, :].double().mT @ v[..., a:b, :].double() for a, b in bounds]
+    assert_close(hs, torch.stack(sums, 2), rtol=RTOL_FLOAT32)  # (B, H, NS, d, d_v)
+    key_sums = [phi_k[..., a:b, :].double().sum(-2) for a, b in bounds]
+    assert_close(zs, torch.stack(key_sums, 2), rtol=RTOL_FLOAT32)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "programs", "expected"),
+    [(1024, 16, 32), (1024, 528, 1024), (1024, 2000, 1024), (10, 16, 1), (4096, 1, 64)],
+)
+def test_segment_length_gives_the_gpu_four_programs_per_multiprocessor(
+    monkeypatch, chunks, programs, expected
+):
+    """132 multiprocessors want 528 programs: with 16 a segment, 33 segments of 32 chunks (the
+    last one short); never more segments than chunks, nor more than MAX_SEGMENTS = 64."""
+    monkeypatch.setattr(forward, "multiprocessors", lambda device: 132)
+    assert segment_length(chunks, programs, torch.device("cuda")) == expected
 
 
 @pytest.mark.interpreter
@@ -202,7 +235,7 @@ def tensors(*shape, dtype=torch.float32):
         ((tensors(1, 1, 8, 16),) * 2 + (tensors(1, 1, 8, 48),), {}, ValueError, r"d_v = v"),
         ((tensors(1, 1, 8, 16, dtype=torch.float64),) * 3, {}, TypeError, r"float64"),
         ((tensors(1, 1, 8, 16),) * 3, {"chunk_size": 100}, ValueError, r"chunk_size=100"),
-        ((tensors(1, 1, 8, 16),) * 3, {"chunk_size": True}, ValueError, r"chunk_size=True"),
+        ((tensors(1, 1, 8, 16),) * 3, {"chunk_size": True}, TypeError, r"chunk_size must be an int; got bool True"),
         ((tensors(1, 1, 8, 16),) * 3, {"eps": -1.0}, ValueError, r"eps"),
         ((tensors(1, 8, 16), tensors(2, 8, 16), tensors(1, 8, 16)), {}, ValueError, r"phi_k"),
         ((tensors(1, 8, 16),) * 2 + (tensors(1, 8, 16, dtype=torch.int32),), {}, TypeError, "v"),

@@ -19,11 +19,12 @@ import triton
 from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction
 
-from linattn_core.kernels.backward import chunk_linear_attention_bwd
-from linattn_core.kernels.delta_backward import delta_rule_bwd
-from linattn_core.kernels.delta_forward import CHUNK, delta_rule_fwd
-from linattn_core.kernels.forward import chunk_linear_attention_fwd
-from linattn_core.kernels.tiles import GPU_LIMITS, SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.delta_rule.backward import delta_rule_bwd
+from linattn_core.kernels.delta_rule.forward import delta_rule_fwd
+from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
+from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
+from linattn_core.kernels.tiles import GPU_LIMITS, kernel_chunk
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,7 +76,7 @@ def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     q, k, v, do = (
         torch.zeros(1, 1, 2 * chunk_size, width, dtype=dtype) for width in (d_k, d_k, d_v, d_v)
     )
-    options = {"chunk_size": chunk_size, "arch": arch}
+    options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
     with intercepted_launches() as forward:
         o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=1e-6, **options)
     with intercepted_launches() as backward:
@@ -85,19 +86,19 @@ def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     ]
 
 
-def delta_rule_launches(arch, dtype, d_k, d_v, initial_state):
+def delta_rule_launches(arch, dtype, d_k, d_v, chunk_size, initial_state):
     """(pass, Launch) for every kernel that the delta rule launches, forward and backward, on
     `arch` for these inputs, with or without an initial state."""
-    q, k, do = (torch.zeros(1, 1, 2 * CHUNK, width, dtype=dtype) for width in (d_k, d_k, d_v))
-    v, beta = (
-        torch.zeros(1, 1, 2 * CHUNK, d_v, dtype=dtype),
-        torch.zeros(1, 1, 2 * CHUNK, dtype=dtype),
-    )
+    n = 2 * chunk_size
+    q, k, do = (torch.zeros(1, 1, n, width, dtype=dtype) for width in (d_k, d_k, d_v))
+    v, beta = torch.zeros(1, 1, n, d_v, dtype=dtype), torch.zeros(1, 1, n, dtype=dtype)
     s0 = torch.zeros(1, 1, d_v, d_k, dtype=dtype) if initial_state else None
+    options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
     with intercepted_launches() as forward:
-        delta_rule_fwd(q, k, v, beta, s0, arch=arch)
+        delta_rule_fwd(q, k, v, beta, s0, **options)
+    ds = torch.zeros(1, 1, d_v, d_k, dtype=dtype)
     with intercepted_launches() as backward:
-        delta_rule_bwd(q, k, v, beta, s0, do, torch.zeros(1, 1, d_v, d_k, dtype=dtype), arch=arch)
+        delta_rule_bwd(q, k, v, beta, s0, do, ds, **options)
     return [("forward", launch) for launch in forward] + [
         ("backward", launch) for launch in backward
     ]
@@ -120,9 +121,11 @@ def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
         launches = linear_attention_launches(arch, DTYPES[dtype], d_k, d_v, chunk, normalize)
         yield fields | {"normalize": normalize}, launches
     dims = itertools.product(dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS)
-    for (dtype, d_k, d_v), initial in itertools.product(dims, (True, False)):
-        fields = {"op": "delta_rule", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": CHUNK}
-        launches = delta_rule_launches(arch, DTYPES[dtype], d_k, d_v, initial)
+    for (dtype, d_k, d_v), chunk, initial in itertools.product(
+        dims, SUPPORTED_CHUNK_SIZES, (True, False)
+    ):
+        fields = {"op": "delta_rule", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
+        launches = delta_rule_launches(arch, DTYPES[dtype], d_k, d_v, chunk, initial)
         yield fields | {"initial_state": initial}, launches
 
 
@@ -142,7 +145,7 @@ FLA_CONFIGS_SM80 = FLA_CONFIGS | {
 FLA_DIMS = (64, 128)
 
 
-def fla_launches(arch, dtype, d, chunk_size=CHUNK):
+def fla_launches(arch, dtype, d, chunk_size=64):
     """(pass, Launch) for flash-linear-attention's `chunk_linear_attn` (unnormalized, forward and
     backward; fla-core 0.6.0, an optional peer that is never a dependency), launched as on `arch`:
     its launchers read the shared memory of the GPU to pick tiles, so they are told the target's,

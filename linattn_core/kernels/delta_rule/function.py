@@ -1,8 +1,8 @@
 """The delta rule on Triton kernels: the autograd Function and the public function behind
 `delta_rule(..., method="triton")`.
 
-The kernels (`delta_forward.py`, `delta_backward.py`) compute the chunked form of the book's
-chapters/06_delta_rule — per chunk of 64 tokens the triangular inverse A, then W = A diag(β) K and
+The kernels (`forward.py`, `backward.py` beside this file) compute the chunked form of the book's
+delta rule chapter — per chunk of C = 64 tokens the triangular inverse A, then W = A diag(β) K and
 Ũ = A diag(β) V, a walk over the chunks for the corrections U = Ũ − W S_0ᵀ and the states, and
 the outputs O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U — and its backward pass, every gradient included (q, k,
 v, β and the initial state). The forward pass saves only its inputs; the backward pass recomputes
@@ -13,35 +13,37 @@ import math
 
 import torch
 
-from linattn_core.kernels.delta_backward import delta_rule_bwd
-from linattn_core.kernels.delta_forward import delta_rule_fwd
-from linattn_core.kernels.forward import INTERPRETED
-from linattn_core.kernels.tiles import device_arch
-from linattn_core.validation import check_kernel_inputs
+from linattn_core.kernels.common import check_inputs, device_arch
+from linattn_core.kernels.delta_rule.backward import delta_rule_bwd
+from linattn_core.kernels.delta_rule.forward import delta_rule_fwd
+from linattn_core.kernels.tiles import kernel_chunk
 
 
 class DeltaRule(torch.autograd.Function):
     """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, beta, initial_state):
+    def forward(ctx, q, k, v, beta, initial_state, chunk_size):
         q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
         s0 = None if initial_state is None else initial_state.contiguous()
-        ctx.arch = device_arch(v.device)
+        ctx.options = {
+            "chunk_size": kernel_chunk(chunk_size, v.dtype),
+            "arch": device_arch(v.device),
+        }
         ctx.save_for_backward(q, k, v, beta, s0)
         if v.numel() == 0:  # no heads: nothing to launch
             state = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0
             return torch.empty_like(v), state.clone()
-        o, states = delta_rule_fwd(q, k, v, beta, s0, arch=ctx.arch)
-        return o, states[:, :, -1].to(v.dtype)
+        return delta_rule_fwd(q, k, v, beta, s0, **ctx.options)
 
     @staticmethod
     def backward(ctx, do, ds):
         q, k, v, beta, s0 = ctx.saved_tensors
         if v.numel() == 0:
             zeros = (torch.zeros_like(x) for x in (q, k, v, beta))
-            return *zeros, None if s0 is None else ds.clone()
-        return delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), arch=ctx.arch)
+            return *zeros, None if s0 is None else ds.clone(), None
+        grads = delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), **ctx.options)
+        return *grads, None
 
 
 def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
@@ -66,9 +68,7 @@ def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
     Returns:
         (o, S): outputs `(..., N, d_v)` and the final state `(..., d_v, d_k)`, in the inputs' dtype.
     """
-    check_kernel_inputs(
-        "delta_rule", ("q", "k", "v"), q, k, v, chunk_size=chunk_size, interpreted=INTERPRETED
-    )
+    check_inputs("delta_rule", ("q", "k", "v"), q, k, v, chunk_size=chunk_size)
     *batch, n, d_k = q.shape
     d_v = v.shape[-1]
     heads = math.prod(batch)  # any leading dimensions become (1, heads)
@@ -76,5 +76,5 @@ def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
     beta = beta.reshape(1, heads, n)
     if initial_state is not None:
         initial_state = initial_state.reshape(1, heads, d_v, d_k)
-    o, state = DeltaRule.apply(q, k, v, beta, initial_state)
+    o, state = DeltaRule.apply(q, k, v, beta, initial_state, chunk_size)
     return o.reshape(*batch, n, d_v), state.reshape(*batch, d_v, d_k)

@@ -1,10 +1,10 @@
 """Causal linear attention on Triton kernels: the autograd Function and the public function behind
 `linear_attention(..., method="triton")`.
 
-The layers, as in flash-linear-attention: `@triton.jit` kernels and their launchers in `forward.py`
-and `backward.py`, tiles per GPU architecture in `tiles.py`, input checks in
-`linattn_core.validation`, and here the autograd Function that joins the two passes and the
-documented public function. With s_ij = φ(q_i)·φ(k_j), the forward pass computes
+The layers, as in flash-linear-attention's `ops/`: `@triton.jit` kernels and their launchers in
+`forward.py` and `backward.py`, tiles per GPU architecture in `kernels/tiles.py`, the input rule in
+`kernels/common.py`, and here the autograd Function that joins the two passes and the documented
+public function. With s_ij = φ(q_i)·φ(k_j), the forward pass computes
 
     o_i = r_i Σ_{j ≤ i} s_ij v_j,    r_i = 1 / (Σ_{j ≤ i} s_ij + ε)    (r_i = 1 unnormalized)
 
@@ -22,10 +22,11 @@ import math
 
 import torch
 
-from linattn_core.kernels.backward import chunk_linear_attention_bwd
-from linattn_core.kernels.forward import INTERPRETED, chunk_linear_attention_fwd
-from linattn_core.kernels.tiles import device_arch
-from linattn_core.validation import check_eps, check_kernel_inputs
+from linattn_core.kernels.common import check_inputs, device_arch
+from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
+from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
+from linattn_core.kernels.tiles import kernel_chunk
+from linattn_core.validation import check_eps
 
 
 class CausalLinearAttention(torch.autograd.Function):
@@ -34,7 +35,10 @@ class CausalLinearAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi_q, phi_k, v, normalize, eps, chunk_size):
         q, k, v = (x.contiguous() for x in (phi_q, phi_k, v))  # the kernels' layout
-        ctx.options = {"chunk_size": chunk_size, "arch": device_arch(v.device)}
+        ctx.options = {
+            "chunk_size": kernel_chunk(chunk_size, v.dtype),
+            "arch": device_arch(v.device),
+        }
         if v.numel() == 0:  # no tokens or no heads: nothing to launch
             ctx.save_for_backward(q, k, v, None, None)
             return torch.empty_like(v)
@@ -87,9 +91,7 @@ def triton_linear_attention(
     """
     fn = "triton_linear_attention"
     check_eps(fn, eps)
-    check_kernel_inputs(
-        fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v, chunk_size=chunk_size, interpreted=INTERPRETED
-    )
+    check_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v, chunk_size=chunk_size)
     if not causal:
         out = phi_q @ (phi_k.mT @ v)  # (..., N, d_v) through the state φ(K)ᵀV (..., d, d_v)
         if not normalize:

@@ -1,0 +1,1 @@
+"""The delta rule (DeltaNet): forward and backward kernels, and the autograd function."""

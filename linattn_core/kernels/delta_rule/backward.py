@@ -1,0 +1,270 @@
+"""The backward pass of the delta rule in four Triton kernels, and their launcher.
+
+With the forward quantities of a chunk (A, W, U, the state S at its start and S' at its end,
+M the inclusive causal mask) and the gradients dO of its outputs and dS' of S', the chain rule
+through O = Q Sᵀ + (Q Kᵀ ⊙ M) U, S' = S + Uᵀ K, U = Ũ − W Sᵀ and [W, Ũ] = A diag(β)[K, V] gives
+
+    dU = (Q Kᵀ ⊙ M)ᵀ dO + K dS'ᵀ                         (both uses of U)
+    dS = dS' + dOᵀ Q − dUᵀ W                              (the gradient at the chunk's start)
+    dQ = dO S + (dO Uᵀ ⊙ M) K,     dW = −dU S
+    dK = (dO Uᵀ ⊙ M)ᵀ Q + U dS'  +  diag(β) Aᵀ dW  +  (dL + dLᵀ) K
+    dV = diag(β) Aᵀ dU,            dβ = rowsum(Aᵀ [dW, dU] ⊙ [K, V]) + rowsum(dN ⊙ L)
+
+where L = K Kᵀ ⊙ M⁻, dN = −Aᵀ dA Aᵀ ⊙ M⁻ with dA = [dW, dU] (diag(β)[K, V])ᵀ (the
+derivative of an inverse, kept where N = diag(β) L has entries; it equals −Aᵀ[dW, dU] [W, Ũ]ᵀ,
+which the kernel computes) and dL = diag(β) dN.
+`delta_du_local_kernel` computes the part of dU within each chunk, for all chunks at once;
+`delta_states_bwd_kernel` walks the chunks backwards with dS in registers, for dU and every
+chunk's dS' (dS at the first chunk's start is the initial state's gradient); `delta_dqk_kernel`
+computes dQ, the first two terms of dK, and dW; `delta_wy_kernel` differentiates the triangular
+inverse: the rest of dK, dV and dβ.
+
+The forward quantities are recomputed by the forward's kernels, so the forward pass saves only
+its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass (the
+inputs' dtype, float32 for the partial dK), accumulation in float32.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from linattn_core.kernels.common import dot
+from linattn_core.kernels.delta_rule.forward import delta_prepare, delta_states
+from linattn_core.kernels.tiles import tiles
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_du_local_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    do,  # [B, H, N, V]
+    du,  # [B, H, N, V] written: (Q Kᵀ ⊙ M)ᵀ dO, dU's part within the chunk
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """(Q Kᵀ ⊙ M)ᵀ dO, the part of dU that does not depend on the state: one chunk, BV columns."""
+    i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    o_t = i_t * C + tl.arange(0, C)
+    m_t = o_t < N
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_a = tl.zeros([C, C], dtype=tl.float32)  # [j, i]: k_j·q_i
+    for i_k in range(K // BK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_k = tl.load(
+            k + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_qt = tl.load(
+            q + (i_bh * N + o_t[None, :]) * K + o_k[:, None], mask=m_t[None, :], other=0.0
+        )
+        b_a = dot(b_k, b_qt, b_a)
+    after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # Mᵀ: i ≥ j for [j, i]
+    rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+    b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
+    tl.store(
+        du + rows, dot(tl.where(after, b_a, 0.0).to(b_do.dtype), b_do, None), mask=m_t[:, None]
+    )
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_states_bwd_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    w,  # [B, H, N, K] W, recomputed by delta_prepare_kernel
+    do,  # [B, H, N, V]
+    ds_final,  # [B, H, V, K] the gradient of the final state
+    dh,  # [B, H, NT, K, V] written: dS'ᵀ, the gradient of the state at every chunk's end
+    du,  # [B, H, N, V] (Q Kᵀ ⊙ M)ᵀ dO, from delta_du_local_kernel; overwritten: dU
+    ds0,  # [B, H, V, K] written: the gradient of the initial state, or None
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """dU = (Q Kᵀ ⊙ M)ᵀ dO + K dS'ᵀ and dS = dS' + dOᵀ Q − dUᵀ W over chunks t = NT − 1, …, 0:
+    BV rows of the state's gradient a program, held in registers (as dSᵀ `[K, BV]`)."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    NT = tl.cdiv(N, C)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    state = (i_bh * V + o_v[None, :]) * K + o_k[:, None]  # dSᵀ in a (V, K) state  [K, BV]
+    b_ds = tl.load(ds_final + state).to(tl.float32)
+    for i_t in range(NT - 1, -1, -1):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        p_dh = dh + ((i_bh * NT + i_t) * K + o_k[:, None]) * V + o_v[None, :]
+        tl.store(p_dh, b_ds.to(p_dh.dtype.element_ty))
+        transposed = (i_bh * N + o_t[None, :]) * K + o_k[:, None]  # [K, C]
+        rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_k = tl.load(
+            k + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_du = tl.load(du + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_du = dot(b_k, b_ds.to(b_k.dtype), b_du)  # + K dS'ᵀ
+        tl.store(du + rows, b_du.to(du.dtype.element_ty), mask=m_t[:, None])
+        b_qt = tl.load(q + transposed, mask=m_t[None, :], other=0.0)  # Qᵀ
+        b_ds = dot(b_qt, tl.load(do + rows, mask=m_t[:, None], other=0.0), b_ds)  # + Qᵀ dO
+        b_wt = tl.load(w + transposed, mask=m_t[None, :], other=0.0)  # Wᵀ
+        b_ds = dot(b_wt, (-b_du).to(b_wt.dtype), b_ds)  # − Wᵀ dU
+    if ds0 is not None:
+        tl.store(ds0 + state, b_ds.to(ds0.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_dqk_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    u,  # [B, H, N, V] the corrections U, recomputed by delta_states_kernel
+    do,  # [B, H, N, V]
+    h,  # [B, H, NT, K, V] Sᵀ at the chunks' starts
+    dh,  # [B, H, NT, K, V] dS'ᵀ at the chunks' ends, from delta_states_bwd_kernel
+    du,  # [B, H, N, V] dU
+    dq,  # [B, H, N, K] written
+    dk,  # [B, H, N, K] float32 written: (dO Uᵀ ⊙ M)ᵀ Q + U dS'
+    dw,  # [B, H, N, K] written: dW = −dU S
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """dQ = dO S + (dO Uᵀ ⊙ M) K, the first terms of dK, and dW = −dU S: one chunk, BK columns."""
+    i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    NT = tl.cdiv(N, C)
+    o_t = i_t * C + tl.arange(0, C)
+    m_t = o_t < N
+    o_k = i_k * BK + tl.arange(0, BK)
+    b_dq = tl.zeros([C, BK], dtype=tl.float32)
+    b_dk = tl.zeros([C, BK], dtype=tl.float32)
+    b_dus = tl.zeros([C, BK], dtype=tl.float32)  # dU S
+    b_p = tl.zeros([C, C], dtype=tl.float32)  # dO Uᵀ
+    for i_v in range(V // BV):
+        o_v = i_v * BV + tl.arange(0, BV)
+        rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
+        b_u = tl.load(u + rows, mask=m_t[:, None], other=0.0)
+        b_du = tl.load(du + rows, mask=m_t[:, None], other=0.0)
+        state = ((i_bh * NT + i_t) * K + o_k[None, :]) * V + o_v[:, None]  # S [BV, BK]
+        b_s = tl.load(h + state)
+        b_dq = dot(b_do, b_s, b_dq)
+        b_dus = dot(b_du.to(b_s.dtype), b_s, b_dus)
+        b_dk = dot(b_u, tl.load(dh + state), b_dk)  # U dS'
+        b_p = dot(b_do, tl.trans(b_u), b_p)
+    causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
+    rows = (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
+    b_q = tl.load(q + rows, mask=m_t[:, None], other=0.0)
+    b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0)
+    b_p = tl.where(causal, b_p, 0.0).to(b_k.dtype)
+    b_dq = dot(b_p, b_k, b_dq)
+    b_dk = dot(tl.trans(b_p), b_q, b_dk)
+    tl.store(dq + rows, b_dq.to(dq.dtype.element_ty), mask=m_t[:, None])
+    tl.store(dk + rows, b_dk, mask=m_t[:, None])
+    tl.store(dw + rows, (-b_dus).to(dw.dtype.element_ty), mask=m_t[:, None])  # dW = −dU S
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_wy_kernel(
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    beta,  # [B, H, N]
+    a,  # [B, H, NT·C, C] A, recomputed by delta_prepare_kernel
+    w,  # [B, H, N, K] W, recomputed by delta_prepare_kernel
+    u_free,  # [B, H, N, V] Ũ, recomputed by delta_prepare_kernel
+    dw,  # [B, H, N, K] dW
+    du,  # [B, H, N, V] dU
+    dk_partial,  # [B, H, N, K] float32 the first terms of dK, from delta_dqk_kernel
+    dk,  # [B, H, N, K] written
+    dv,  # [B, H, N, V] written
+    dbeta,  # [B, H, N] written
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """Through X = [W, Ũ] = A diag(β)[K, V] and A = (I + N)⁻¹: dV, dβ and the rest of dK, one
+    chunk a program. With dR = Aᵀ dX, the inverse's derivative −Aᵀ dA Aᵀ = −Aᵀ dX Rᵀ Aᵀ is
+    −dR Xᵀ: no C × C × C product, and dA is never formed."""
+    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    o_c = tl.arange(0, C)
+    o_t = i_t * C + o_c
+    m_t = o_t < N
+    b_beta = tl.load(beta + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)  # [C]
+    p_a = a + (i_bh * tl.cdiv(N, C) * C + i_t * C + o_c[None, :]) * C + o_c[:, None]
+    b_at = tl.load(p_a).to(tl.float32)  # Aᵀ [C, C]
+    b_dn = tl.zeros([C, C], dtype=tl.float32)  # −dR Xᵀ
+    b_dbeta = tl.zeros([C], dtype=tl.float32)
+    for i_k in range(K // BK):  # X = W: dR = Aᵀ dW into dβ and dK (diag(β) dR), and into dN
+        rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
+        b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_dr = dot(b_at, tl.load(dw + rows, mask=m_t[:, None], other=0.0).to(tl.float32), None)
+        b_dbeta += tl.sum(b_dr * b_k, axis=1)
+        b_w = tl.load(w + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_dn = dot(-b_dr, tl.trans(b_w), b_dn)
+        b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0) + b_beta[:, None] * b_dr
+        tl.store(dk_partial + rows, b_dk, mask=m_t[:, None])
+    for i_v in range(V // BV):  # X = Ũ: dR = Aᵀ dU into dβ, dV and dN
+        rows = (i_bh * N + o_t[:, None]) * V + i_v * BV + tl.arange(0, BV)[None, :]
+        b_v = tl.load(v + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_dr = dot(b_at, tl.load(du + rows, mask=m_t[:, None], other=0.0).to(tl.float32), None)
+        b_dbeta += tl.sum(b_dr * b_v, axis=1)
+        b_uf = tl.load(u_free + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_dn = dot(-b_dr, tl.trans(b_uf), b_dn)
+        tl.store(dv + rows, (b_beta[:, None] * b_dr).to(dv.dtype.element_ty), mask=m_t[:, None])
+    b_dn = tl.where(o_c[:, None] > o_c[None, :], b_dn, 0.0)  # N has entries on M⁻ only
+    for i_k in range(K // BK):  # N = diag(β)(K Kᵀ ⊙ M⁻): dβ and (dL + dLᵀ) K into dK
+        rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
+        b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_dnk = dot(b_dn, b_k, None)  # dN K
+        b_dbeta += tl.sum(b_dnk * b_k, axis=1)  # Σ_j dN_ij k_i·k_j: rowsum(dN ⊙ L) by tiles
+        b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0)
+        b_dk += b_beta[:, None] * b_dnk  # dL K, dL = diag(β) dN
+        b_dk = dot(tl.trans(b_beta[:, None] * b_dn), b_k, b_dk)  # dLᵀ K
+        tl.store(dk + rows, b_dk.to(dk.dtype.element_ty), mask=m_t[:, None])
+    tl.store(dbeta + i_bh * N + o_t, b_dbeta.to(dbeta.dtype.element_ty), mask=m_t)
+
+
+def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch):
+    """Gradients (dq, dk, dv, dβ, d initial state) of the delta rule for the gradients `do` of
+    the outputs and `ds_final` of the final state. Inputs contiguous."""
+    batch, heads, n, d_k = q.shape
+    d_v = v.shape[-1]
+    n_chunks = triton.cdiv(n, chunk_size)
+    sizes = (n, d_k, d_v, chunk_size)
+    a, w, u_free = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, store_a=True)
+    u = torch.empty_like(u_free)
+    h, _ = delta_states(k, w, u_free, u, initial_state, chunk_size=chunk_size, arch=arch)
+
+    tile = tiles("delta_du_local", arch, d_k, d_v, v.dtype)
+    du = torch.empty_like(v)
+    grid = (d_v // tile.block_v, n_chunks, batch * heads)
+    delta_du_local_kernel[grid](q, k, do, du, *sizes, **tile.launch_options)
+    tile = tiles("delta_states_bwd", arch, d_k, d_v, v.dtype)
+    dh = torch.empty_like(h)
+    ds0 = None if initial_state is None else torch.empty_like(initial_state)
+    delta_states_bwd_kernel[(d_v // tile.block_v, batch * heads)](
+        q, k, w, do, ds_final, dh, du, ds0, *sizes, BV=tile.block_v, num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
+    )  # fmt: skip
+
+    tile = tiles("delta_dqk", arch, d_k, d_v, v.dtype)
+    dq = torch.empty_like(q)
+    dk_partial, dw = torch.empty_like(q, dtype=torch.float32), torch.empty_like(q)
+    grid = (d_k // tile.block_k, n_chunks, batch * heads)
+    delta_dqk_kernel[grid](
+        q, k, u, do, h, dh, du, dq, dk_partial, dw, *sizes, **tile.launch_options
+    )
+    del u, h, dh  # the last kernel allocates dk and dv: free what it does not read
+
+    tile = tiles("delta_wy", arch, d_k, d_v, v.dtype)
+    dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
+    delta_wy_kernel[(n_chunks, batch * heads)](
+        k, v, beta, a, w, u_free, dw, du, dk_partial, dk, dv, dbeta, *sizes, **tile.launch_options
+    )
+    return dq, dk, dv, dbeta, ds0

@@ -1,0 +1,263 @@
+"""The forward pass of the delta rule (DeltaNet) in three Triton kernels, and their launcher.
+
+For a chunk of C tokens with keys K, values V, queries Q, rates β and the state S_0 at its
+start (book, the delta rule chapter, theorem "One chunk of the delta rule"):
+
+    A = (I + N)⁻¹,  N = diag(β) (K Kᵀ ⊙ M⁻),      W = A diag(β) K,   Ũ = A diag(β) V,
+    U = Ũ − W S_0ᵀ,    O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U,    S_C = S_0 + Uᵀ K.
+
+`delta_prepare_kernel` computes A, W and Ũ for every chunk at once: they do not depend on the
+state, and A never leaves the program's registers (it is stored only for the backward pass).
+`delta_states_kernel` walks the chunks in order with the state in registers, writing the state
+at every chunk's start and the corrections U (over Ũ in the forward pass: it reads each chunk's
+Ũ once). `delta_output_kernel`
+computes every chunk's outputs from those. (flash-linear-attention runs the same pipeline in
+five kernels — `chunk_scaled_dot_kkt`, `solve_tril`, `recompute_w_u`, `chunk_fwd_h`,
+`chunk_fwd_o` — and passes A through memory three times.)
+
+The triangular inverse. A is the inverse of a unit lower triangular C × C matrix, computed in
+the program's registers by the block recursion the chapter proves, on two blocks of R = C/2 rows:
+
+    A = [[D_0, 0], [Y_10, D_1]],   D_r = (I + N_rr)⁻¹,   Y_10 = −D_1 N_10 D_0,
+
+with each D_r by forward substitution, both blocks at once, one row at a time
+(`unit_lower_inverse`): row i is e_i − Σ_{j<i} N_ij (row j). Substitution is componentwise
+backward stable, and in DeltaNet's regime — unit keys, β ∈ (0, 1] — the chapter measures ‖A‖
+near 2 (and proves ‖A‖_∞ ≤ 2 for a repeated key), so the inverse and its products stay in range.
+(The Neumann form (I − N)(I + N²)(I + N⁴)…, all matrix products, would be faster on tensor
+cores, but its factors hold binomial coefficients that must cancel: 5e17 for a repeated key at
+C = 64, which leaves float32 an error of 4e9.) A is computed in float32 whatever the inputs'
+dtype; W, Ũ, U and the states are stored in the inputs' dtype, the operand type of the products
+that read them; the walk keeps its state in float32.
+
+Layout: q, k `(B, H, N, K)`, v `(B, H, N, V)`, β `(B, H, N)`, the states at the chunks' starts
+`(B, H, NT, K, V)` (Sᵀ, as the products read them), the initial and final states `(B, H, V, K)`
+as in `linattn_core.delta`; all contiguous; K, V multiples of the tiles.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from linattn_core.kernels.common import dot
+from linattn_core.kernels.tiles import tiles
+
+
+@triton.jit
+def unit_lower_inverse(b_n, R: tl.constexpr):
+    """(I + N)⁻¹ for strictly lower triangular R × R blocks N `[2, R, R]`, both at once, by
+    forward substitution."""
+    o_r = tl.arange(0, R)[None, :, None]  # the row index, broadcast over blocks and columns
+    eye = tl.arange(0, R)[:, None] == tl.arange(0, R)[None, :]
+    b_y = tl.where(eye[None, :, :], 1.0, 0.0) + tl.zeros([2, R, R], dtype=tl.float32)
+    for i in range(1, R):
+        n_i = tl.sum(tl.where(o_r == i, b_n, 0.0), axis=1)  # row i of each N  [2, R]
+        y_i = tl.sum(n_i[:, :, None] * b_y, axis=1)  # Σ_{j<i} N_ij (row j of the inverse)
+        b_y = tl.where(o_r == i, b_y - y_i[:, None, :], b_y)
+    return b_y
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_prepare_kernel(
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    beta,  # [B, H, N]
+    a,  # [B, H, NT·C, C] written when STORE_A: A of each chunk, its rows
+    w,  # [B, H, N, K] written: W = A diag(β) K
+    u,  # [B, H, N, V] written: Ũ = A diag(β) V
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    STORE_A: tl.constexpr,
+):
+    """A = (I + diag(β)(K Kᵀ ⊙ M⁻))⁻¹, W = A diag(β) K, Ũ = A diag(β) V: one chunk a program,
+    in two blocks of R = C/2 rows."""
+    R: tl.constexpr = C // 2
+    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    o_r = tl.arange(0, R)
+    o_t0, o_t1 = i_t * C + o_r, i_t * C + R + o_r  # the chunk's two blocks of rows
+    m_t0, m_t1 = o_t0 < N, o_t1 < N
+    b_beta0 = tl.load(beta + i_bh * N + o_t0, mask=m_t0, other=0.0).to(tl.float32)  # [R]
+    b_beta1 = tl.load(beta + i_bh * N + o_t1, mask=m_t1, other=0.0).to(tl.float32)
+    b_n00 = tl.zeros([R, R], dtype=tl.float32)  # K_r K_sᵀ, the three blocks on or below
+    b_n10 = tl.zeros([R, R], dtype=tl.float32)  # the diagonal
+    b_n11 = tl.zeros([R, R], dtype=tl.float32)
+    for i_k in range(K // BK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_k0 = tl.load(
+            k + (i_bh * N + o_t0[:, None]) * K + o_k[None, :], mask=m_t0[:, None], other=0.0
+        )
+        b_k1 = tl.load(
+            k + (i_bh * N + o_t1[:, None]) * K + o_k[None, :], mask=m_t1[:, None], other=0.0
+        )
+        b_n00 = dot(b_k0, tl.trans(b_k0), b_n00)
+        b_n10 = dot(b_k1, tl.trans(b_k0), b_n10)
+        b_n11 = dot(b_k1, tl.trans(b_k1), b_n11)
+    below = o_r[:, None] > o_r[None, :]  # M⁻ inside a diagonal block
+    b_n = tl.join(
+        tl.where(below, b_beta0[:, None] * b_n00, 0.0),
+        tl.where(below, b_beta1[:, None] * b_n11, 0.0),
+    )  # [R, R, 2]
+    b_d0, b_d1 = tl.split(tl.permute(unit_lower_inverse(tl.permute(b_n, 2, 0, 1), R), 1, 2, 0))
+    b_y10 = -dot(b_d1, dot(b_beta1[:, None] * b_n10, b_d0, None), None)  # −D_1 N_10 D_0
+
+    if STORE_A:
+        p_a = a + (i_bh * tl.cdiv(N, C) * C + i_t * C + o_r[:, None]) * C + o_r[None, :]
+        tl.store(p_a, b_d0.to(a.dtype.element_ty))
+        tl.store(p_a + R, tl.zeros([R, R], dtype=a.dtype.element_ty))
+        tl.store(p_a + R * C, b_y10.to(a.dtype.element_ty))
+        tl.store(p_a + R * C + R, b_d1.to(a.dtype.element_ty))
+    for i_k in range(K // BK):  # W = A diag(β) K
+        o_k = i_k * BK + tl.arange(0, BK)
+        apply_inverse(k, w, b_d0, b_y10, b_d1, b_beta0, b_beta1, i_bh, N, K, o_t0, o_k, R)
+    for i_v in range(V // BV):  # Ũ = A diag(β) V
+        o_v = i_v * BV + tl.arange(0, BV)
+        apply_inverse(v, u, b_d0, b_y10, b_d1, b_beta0, b_beta1, i_bh, N, V, o_t0, o_v, R)
+
+
+@triton.jit
+def apply_inverse(x, y, b_d0, b_y10, b_d1, b_beta0, b_beta1, i_bh, N, D, o_t0, o_d, R):
+    """Y = A diag(β) X on the columns o_d of X, Y `[B, H, N, D]`, with A by blocks of R rows:
+    Y_0 = D_0 (β X)_0 and Y_1 = Y_10 (β X)_0 + D_1 (β X)_1."""
+    m_t0, m_t1 = o_t0 < N, o_t0 + R < N
+    rows = (i_bh * N + o_t0[:, None]) * D + o_d[None, :]  # the first block's  [R, BD]
+    b_x0 = b_beta0[:, None] * tl.load(x + rows, mask=m_t0[:, None], other=0.0).to(tl.float32)
+    b_x1 = tl.load(x + rows + R * D, mask=m_t1[:, None], other=0.0).to(tl.float32)
+    b_y0 = dot(b_d0, b_x0, None)
+    b_y1 = dot(b_d1, b_beta1[:, None] * b_x1, dot(b_y10, b_x0, None))
+    tl.store(y + rows, b_y0.to(y.dtype.element_ty), mask=m_t0[:, None])
+    tl.store(y + rows + R * D, b_y1.to(y.dtype.element_ty), mask=m_t1[:, None])
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_states_kernel(
+    k,  # [B, H, N, K]
+    w,  # [B, H, N, K] W, from delta_prepare_kernel
+    u_free,  # [B, H, N, V] Ũ, from delta_prepare_kernel
+    u,  # [B, H, N, V] written: U = Ũ − W S_0ᵀ (u_free itself in the forward pass)
+    s0,  # [B, H, V, K] the initial state, or None for zeros
+    h,  # [B, H, NT, K, V] written: Sᵀ at every chunk's start
+    s_final,  # [B, H, V, K] written: the state after the last chunk
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """U = Ũ − W S_0ᵀ and S_C = S_0 + Uᵀ K over chunks t = 0, 1, …: BV rows of the state a
+    program, held in registers (as Sᵀ `[K, BV]`) in float32."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    NT = tl.cdiv(N, C)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    state = (i_bh * V + o_v[None, :]) * K + o_k[:, None]  # Sᵀ in a (V, K) state  [K, BV]
+    if s0 is None:
+        b_s = tl.zeros([K, BV], dtype=tl.float32)
+    else:
+        b_s = tl.load(s0 + state).to(tl.float32)
+    for i_t in range(NT):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        p_h = h + ((i_bh * NT + i_t) * K + o_k[:, None]) * V + o_v[None, :]
+        tl.store(p_h, b_s.to(p_h.dtype.element_ty))
+        rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_w = tl.load(
+            w + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_u = tl.load(u_free + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
+        b_u = b_u - dot(b_w, b_s.to(b_w.dtype), None)  # U = Ũ − W S_0ᵀ
+        tl.store(u + rows, b_u.to(u.dtype.element_ty), mask=m_t[:, None])
+        b_k = tl.load(
+            k + (i_bh * N + o_t[None, :]) * K + o_k[:, None], mask=m_t[None, :], other=0.0
+        )
+        b_s = dot(b_k, b_u.to(b_k.dtype), b_s)  # S_Cᵀ = S_0ᵀ + Kᵀ U
+    tl.store(s_final + state, b_s.to(s_final.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=["N"])
+def delta_output_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    u,  # [B, H, N, V] the corrections U, from delta_states_kernel
+    h,  # [B, H, NT, K, V] Sᵀ at the chunks' starts
+    o,  # [B, H, N, V] written
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U: one chunk, BV value columns."""
+    i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    NT = tl.cdiv(N, C)
+    o_t = i_t * C + tl.arange(0, C)
+    m_t = o_t < N
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_o = tl.zeros([C, BV], dtype=tl.float32)  # Q S_0ᵀ
+    b_a = tl.zeros([C, C], dtype=tl.float32)  # q_i·k_j within the chunk
+    for i_k in range(K // BK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        p_q = q + (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
+        p_k = k + (i_bh * N + o_t[None, :]) * K + o_k[:, None]  # kᵀ [BK, C]
+        p_h = h + ((i_bh * NT + i_t) * K + o_k[:, None]) * V + o_v[None, :]  # S_0ᵀ [BK, BV]
+        b_q = tl.load(p_q, mask=m_t[:, None], other=0.0)
+        b_o = dot(b_q, tl.load(p_h), b_o)
+        b_a = dot(b_q, tl.load(p_k, mask=m_t[None, :], other=0.0), b_a)
+    causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # M: j ≤ i
+    p_u = u + (i_bh * N + o_t[:, None]) * V + o_v[None, :]
+    b_u = tl.load(p_u, mask=m_t[:, None], other=0.0)
+    b_o = dot(tl.where(causal, b_a, 0.0).to(b_u.dtype), b_u, b_o)
+    p_o = o + (i_bh * N + o_t[:, None]) * V + o_v[None, :]
+    tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_t[:, None])
+
+
+def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch):
+    """The delta rule's forward pass: (o `(B, H, N, V)`, the final state `(B, H, V, K)`), both in
+    v's dtype. Inputs contiguous; `initial_state` `(B, H, V, K)` or None."""
+    batch, heads, n, d_k = q.shape
+    d_v = v.shape[-1]
+    _, w, u = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch)
+    h, final = delta_states(k, w, u, u, initial_state, chunk_size=chunk_size, arch=arch)
+    del w
+    tile = tiles("delta_output", arch, d_k, d_v, v.dtype)
+    o = torch.empty_like(v)
+    grid = (d_v // tile.block_v, triton.cdiv(n, chunk_size), batch * heads)
+    delta_output_kernel[grid](q, k, u, h, o, n, d_k, d_v, chunk_size, **tile.launch_options)
+    return o, final
+
+
+def delta_states(k, w, u_free, u, initial_state, *, chunk_size, arch):
+    """Launch `delta_states_kernel`, which writes U into `u` (which may be `u_free`, Ũ): (the
+    states Sᵀ at the chunks' starts `(B, H, NT, K, V)`, the final state `(B, H, V, K)`), in u's
+    dtype."""
+    batch, heads, n, d_k = k.shape
+    d_v = u.shape[-1]
+    tile = tiles("delta_states", arch, d_k, d_v, u.dtype)
+    h = u.new_empty(batch, heads, triton.cdiv(n, chunk_size), d_k, d_v)
+    final = u.new_empty(batch, heads, d_v, d_k)
+    grid = (d_v // tile.block_v, batch * heads)
+    delta_states_kernel[grid](
+        k, w, u_free, u, initial_state, h, final, n, d_k, d_v, chunk_size, BV=tile.block_v,
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
+    )  # fmt: skip
+    return h, final
+
+
+def delta_prepare(k, v, beta, *, chunk_size, arch, store_a=False):
+    """Launch `delta_prepare_kernel`: (A `(B, H, NT·C, C)` in k's dtype when `store_a`, else
+    None; W; Ũ) for every chunk."""
+    batch, heads, n, d_k = k.shape
+    d_v = v.shape[-1]
+    n_chunks = triton.cdiv(n, chunk_size)
+    tile = tiles("delta_prepare", arch, d_k, d_v, v.dtype)
+    a = k.new_empty(batch, heads, n_chunks * chunk_size, chunk_size) if store_a else None
+    w, u = torch.empty_like(k), torch.empty_like(v)
+    grid = (n_chunks, batch * heads)
+    delta_prepare_kernel[grid](
+        k, v, beta, a, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a, **tile.launch_options
+    )
+    return a, w, u

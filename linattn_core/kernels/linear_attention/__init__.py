@@ -1,0 +1,1 @@
+"""Causal linear attention: forward and backward kernels, and the autograd function."""

@@ -1,0 +1,350 @@
+"""The backward pass of causal linear attention in three Triton kernels, and their launcher.
+
+Given the output gradient g_i = ∂L/∂o_i, with r_i the forward's reciprocal denominators and
+a_i = −g_i·o_i (book: the denominator is the numerator of a ones column), the chain rule gives,
+for positions i and j in chunk t,
+
+    dq_i = r_i (g_i S_tᵀ + a_i z_t + Σ_{tC ≤ j ≤ i} (g_i·v_j + a_i) k_j)
+    dk_j = D_t v_j + y_t + Σ_{j ≤ i < tC + C} r_i (g_i·v_j + a_i) q_i
+    dv_j = k_j D_t + Σ_{j ≤ i < tC + C} r_i (q_i·k_j) g_i
+
+with the forward states S_t, z_t (sums over the tokens before chunk t) and the backward states
+D_t = Σ r_i q_iᵀ g_i `(K, V)` and y_t = Σ r_i a_i q_i `(K,)`, sums over the tokens after chunk
+t. Without normalization r = 1 and a = 0. As in the forward pass (`forward.py`), the sequence is
+cut into segments of L chunks:
+
+1. `segment_sums_bwd_kernel` adds up each segment's four sums, reading q, k, v and g once;
+2. `segment_dq_kernel`, `segment_dk_kernel` and `segment_dv_kernel` walk each segment's chunks in
+   order, a BK × BV tile of a state in registers: S and z from the sums of the segments before,
+   gaining each chunk after its use (dq); D and y from the sums of this segment and those after,
+   losing each chunk before its use (dk, dv).
+
+dq and dk sum over the values, dv over the features: with several value tiles (feature tiles for
+dv) each program writes its share in float32, and the launcher adds the shares up (as in the
+forward pass, the 16-bit tiles on an H100 cover a whole head of up to 64 features, and no share
+is written).
+
+Nothing is saved by the forward pass but its inputs, its output and r, and no state is stored
+per chunk: memory O(N(d + d_v)).
+
+Precision, as in the forward pass: operands in the inputs' dtype, float32 accumulation and
+float32 states, float16 states divided by their largest magnitude as operands. And r_i, which
+falls like 1/i (1e-6 after 16k tokens, below float16's normal range), never enters a product by
+itself: within a chunk it is split as r_i = m (r_i / m) with m = max |r| over the chunk, the ratio
+goes into the 16-bit operand and m multiplies the float32 result.
+
+Layout: q, k, dq, dk `(B, H, N, K)`; v, o, do, dv `(B, H, N, V)`; all contiguous.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from linattn_core.kernels.common import dot
+from linattn_core.kernels.linear_attention.forward import as_operand, segment_length
+from linattn_core.kernels.tiles import tiles
+
+
+@triton.jit
+def scaled_rows(x, b_r, dtype: tl.constexpr):
+    """diag(r) x as an operand of `dtype` and the factor m = max |r| that multiplies the product
+    back: r / m lies in [−1, 1], so no r underflows a 16-bit operand."""
+    m = tl.maximum(tl.max(tl.abs(b_r)), 1e-30)
+    return (x * (b_r / m)[:, None]).to(dtype), m
+
+
+@triton.jit
+def chunk_scores(b_do, b_v, b_a, causal, NORMALIZE: tl.constexpr):
+    """M_ij = g_i·v_j + a_i for j ≤ i in the chunk, else 0 (a = 0 without normalization)."""
+    b_m = dot(b_do, tl.trans(b_v), None)  # [i, j]: g_i·v_j over this program's values
+    if NORMALIZE:
+        b_m += b_a[:, None]
+    return tl.where(causal, b_m, 0.0)
+
+
+@triton.jit(do_not_specialize=["N", "L"])
+def segment_sums_bwd_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    do,  # [B, H, N, V]
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
+    a,  # [B, H, N] float32 a_i = −g_i·o_i, read when NORMALIZE
+    hs,  # [B, H, NS, K, V] float32 written: Σ k_jᵀ v_j over each segment
+    zs,  # [B, H, NS, K] float32, written when NORMALIZE: Σ k_j
+    ds,  # [B, H, NS, K, V] float32 written: Σ r_i q_iᵀ g_i
+    ys,  # [B, H, NS, K] float32, written when NORMALIZE: Σ r_i a_i q_i
+    N,
+    L,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """The forward and the backward sums of one segment: one (BK, BV) tile of each state a
+    program, and the vectors z, y in the programs of the first value tile."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    b_d = tl.zeros([BK, BV], dtype=tl.float32)
+    b_z = tl.zeros([BK], dtype=tl.float32)
+    b_y = tl.zeros([BK], dtype=tl.float32)
+    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        rows_v = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_k = tl.load(
+            k + (i_bh * N + o_t[None, :]) * K + o_k[:, None], mask=m_t[None, :], other=0.0
+        )
+        b_q = tl.load(
+            q + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_do = tl.load(do + rows_v, mask=m_t[:, None], other=0.0)
+        b_h = dot(b_k, tl.load(v + rows_v, mask=m_t[:, None], other=0.0), b_h)
+        if NORMALIZE:
+            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
+            b_a = tl.load(a + i_bh * N + o_t, mask=m_t, other=0.0)
+            b_z += tl.sum(b_k.to(tl.float32), axis=1)
+            b_y += tl.sum(b_q.to(tl.float32) * (b_r * b_a)[:, None], axis=0)
+            b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
+            b_d += m * dot(tl.trans(b_qr), b_do, None)
+        else:
+            b_d = dot(tl.trans(b_q), b_do, b_d)
+    row = i_bh * NS + i_s
+    state = (row * K + o_k[:, None]) * V + o_v[None, :]
+    tl.store(hs + state, b_h)
+    tl.store(ds + state, b_d)
+    if NORMALIZE:
+        if i_v == 0:
+            tl.store(zs + row * K + o_k, b_z)
+            tl.store(ys + row * K + o_k, b_y)
+
+
+@triton.jit(do_not_specialize=["N", "L"])
+def segment_dq_kernel(
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    do,  # [B, H, N, V]
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
+    a,  # [B, H, N] float32 a_i, read when NORMALIZE
+    hs,  # [B, H, NS, K, V] float32 the segments' Σ kᵀv
+    zs,  # [B, H, NS, K] float32 Σ k, read when NORMALIZE
+    dq,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
+    N,
+    L,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """dq = r (g S_tᵀ + a z_tᵀ + M k) over one segment's chunks, in order, for a BK × BV tile of
+    S_t: it starts as the sum of the segments before and gains each chunk after its use. The
+    terms in a belong to the first value tile's share."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t
+    b_z = tl.zeros([BK], dtype=tl.float32)  # z_t
+    for i_p in range(i_s):
+        row = i_bh * NS + i_p
+        b_h += tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])
+        if NORMALIZE:
+            b_z += tl.load(zs + row * K + o_k)
+    out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dq
+    causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
+    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        rows_v = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_k = tl.load(
+            k + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_v = tl.load(v + rows_v, mask=m_t[:, None], other=0.0)
+        b_do = tl.load(do + rows_v, mask=m_t[:, None], other=0.0)
+        b_a = None
+        if NORMALIZE:  # a, in the first value tile's share only
+            b_a = tl.load(a + i_bh * N + o_t, mask=m_t & (i_v == 0), other=0.0)
+        b_m = chunk_scores(b_do, b_v, b_a, causal, NORMALIZE)
+        b_ho, scale = as_operand(b_h, b_do.dtype)
+        b_dq = dot(b_do, tl.trans(b_ho), None) * scale  # g S_tᵀ
+        b_dq = dot(b_m.to(b_k.dtype), b_k, b_dq)
+        if NORMALIZE:
+            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
+            b_dq = (b_dq + b_a[:, None] * b_z[None, :]) * b_r[:, None]
+            b_z += tl.sum(b_k.to(tl.float32), axis=0)
+        p_dq = dq + (out * N + o_t[:, None]) * K + o_k[None, :]
+        tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_t[:, None])
+        b_h = dot(tl.trans(b_k), b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+
+
+@triton.jit(do_not_specialize=["N", "L"])
+def segment_dk_kernel(
+    q,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    do,  # [B, H, N, V]
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
+    a,  # [B, H, N] float32 a_i, read when NORMALIZE
+    ds,  # [B, H, NS, K, V] float32 the segments' Σ r qᵀg
+    ys,  # [B, H, NS, K] float32 Σ r a q, read when NORMALIZE
+    dk,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
+    N,
+    L,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """dk = v D_tᵀ + y_t + (r M)ᵀ q over one segment's chunks, in order, for a BK × BV tile of
+    D_t: it starts as the sum of this segment and those after, and loses each chunk before its
+    use. The terms in a and y belong to the first value tile's share."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_d = tl.zeros([BK, BV], dtype=tl.float32)  # D_t
+    b_y = tl.zeros([BK], dtype=tl.float32)  # y_t
+    for i_p in range(i_s, NS):
+        row = i_bh * NS + i_p
+        b_d += tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
+        if NORMALIZE:
+            b_y += tl.load(ys + row * K + o_k, mask=(o_k < K) & (i_v == 0), other=0.0)
+    out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dk
+    causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
+    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        rows_v = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_q = tl.load(
+            q + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_v = tl.load(v + rows_v, mask=m_t[:, None], other=0.0)
+        b_do = tl.load(do + rows_v, mask=m_t[:, None], other=0.0)
+        if NORMALIZE:  # D and y lose this chunk: they become the sums after it
+            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
+            b_a = tl.load(a + i_bh * N + o_t, mask=m_t & (i_v == 0), other=0.0)
+            b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
+            b_d -= m * dot(tl.trans(b_qr), b_do, None)
+            b_y -= tl.sum(b_q.to(tl.float32) * (b_r * b_a)[:, None], axis=0)
+            b_mr, m = scaled_rows(chunk_scores(b_do, b_v, b_a, causal, NORMALIZE), b_r, b_q.dtype)
+            b_dk = m * dot(tl.trans(b_mr), b_q, None) + b_y[None, :]
+        else:
+            b_d -= dot(tl.trans(b_q), b_do, None)
+            b_m = chunk_scores(b_do, b_v, None, causal, NORMALIZE)
+            b_dk = dot(tl.trans(b_m).to(b_q.dtype), b_q, None)
+        b_dop, scale = as_operand(b_d, b_v.dtype)
+        b_dk += dot(b_v, tl.trans(b_dop), None) * scale  # v D_tᵀ
+        p_dk = dk + (out * N + o_t[:, None]) * K + o_k[None, :]
+        tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
+
+
+@triton.jit(do_not_specialize=["N", "L"])
+def segment_dv_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    do,  # [B, H, N, V]
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
+    ds,  # [B, H, NS, K, V] float32 the segments' Σ r qᵀg
+    dv,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's share
+    N,
+    L,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """dv_j = k_j D_t + Σ_{j ≤ i in the chunk} r_i (q_i·k_j) g_i over one segment's chunks, in
+    order, for a BK × BV tile of D_t."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_d = tl.zeros([BK, BV], dtype=tl.float32)  # D_t
+    for i_p in range(i_s, NS):
+        b_d += tl.load(ds + ((i_bh * NS + i_p) * K + o_k[:, None]) * V + o_v[None, :])
+    out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of dv
+    after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
+    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        rows_k = (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
+        b_k = tl.load(k + rows_k, mask=m_t[:, None], other=0.0)
+        b_q = tl.load(q + rows_k, mask=m_t[:, None], other=0.0)
+        b_do = tl.load(
+            do + (i_bh * N + o_t[:, None]) * V + o_v[None, :], mask=m_t[:, None], other=0.0
+        )
+        b_s = tl.where(after, dot(b_k, tl.trans(b_q), None), 0.0)  # [j, i]: k_j·q_i
+        if NORMALIZE:
+            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
+            b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
+            b_d -= m * dot(tl.trans(b_qr), b_do, None)
+            b_dv = m * dot((b_s * (b_r / m)[None, :]).to(b_do.dtype), b_do, None)
+        else:
+            b_d -= dot(tl.trans(b_q), b_do, None)
+            b_dv = dot(b_s.to(b_do.dtype), b_do, None)
+        b_dop, scale = as_operand(b_d, b_do.dtype)
+        b_dv += dot(b_k, b_dop, None) * scale  # k_j D_t
+        p_dv = dv + (out * N + o_t[:, None]) * V + o_v[None, :]
+        tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
+
+
+def chunk_linear_attention_bwd(q, k, v, o, rden, do, *, chunk_size, arch, segment=None):
+    """Gradients (dq, dk, dv) of causal linear attention for the output gradient `do`.
+
+    `o` and `rden` are the forward's output and r (both None without normalization); every tensor
+    contiguous `(B, H, N, ·)`; `arch` selects the tiles (`tiles.py`); `segment` chunks per
+    segment (default `segment_length`).
+    """
+    batch, heads, n, d_k = q.shape
+    d_v = v.shape[-1]
+    normalize = rden is not None
+    n_chunks = triton.cdiv(n, chunk_size)
+    tile = tiles("segment_dq", arch, d_k, d_v, v.dtype)
+    programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
+    segment = segment or segment_length(n_chunks, programs, v.device)
+    n_segments = triton.cdiv(n_chunks, segment)
+    a = -(do.float() * o.float()).sum(dim=-1) if normalize else None  # (B, H, N)
+
+    def launch(kernel, name, *args, shares_of=None):
+        """kernel[grid](*args, sizes…) with the tile of `name`, a program per state tile, segment
+        and head; with `shares_of` (a gradient whose sum runs over several of the kernel's value
+        tiles, or feature tiles for dv), each tile's share in float32, added up here."""
+        tile = tiles(name, arch, d_k, d_v, v.dtype)
+        tiles_k, tiles_v = d_k // tile.block_k, d_v // tile.block_v
+        shares = tiles_k if name == "segment_dv" else tiles_v
+        out = shares_of
+        if shares_of is not None and shares > 1:
+            out = shares_of.new_empty(shares, *shares_of.shape, dtype=torch.float32)
+        kernel[(tiles_k * tiles_v, n_segments, batch * heads)](
+            *args, *(() if out is None else (out,)), n, segment, d_k, d_v, chunk_size,
+            NORMALIZE=normalize, **tile.launch_options,
+        )  # fmt: skip
+        if out is not shares_of:
+            shares_of.copy_(out.sum(dim=0))
+
+    hs, ds = (q.new_empty(batch, heads, n_segments, d_k, d_v, dtype=torch.float32) for _ in "hd")
+    zs, ys = (
+        (q.new_empty(batch, heads, n_segments, d_k, dtype=torch.float32) for _ in "zy")
+        if normalize
+        else (None, None)
+    )
+    launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, a, hs, zs, ds, ys)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    launch(segment_dq_kernel, "segment_dq", k, v, do, rden, a, hs, zs, shares_of=dq)
+    launch(segment_dk_kernel, "segment_dk", q, v, do, rden, a, ds, ys, shares_of=dk)
+    launch(segment_dv_kernel, "segment_dv", q, k, do, rden, ds, shares_of=dv)
+    return dq, dk, dv

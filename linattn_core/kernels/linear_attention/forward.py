@@ -1,0 +1,217 @@
+"""The forward pass of causal linear attention in two Triton kernels, and their launcher.
+
+With chunks of C tokens, chunk t holding positions tC … tC + C − 1, and the state of the tokens
+before it, S_t = Σ_{j < tC} k_jᵀ v_j `(K, V)` and z_t = Σ_{j < tC} k_j `(K,)`, every output row
+of chunk t is (book, the chapter on causal, recurrent and chunked linear attention)
+
+    o_i = r_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j),
+    r_i = 1 / (q_i·z_t + Σ_{tC ≤ j ≤ i} q_i·k_j + ε)
+
+(r_i = 1 without normalization). The states are a prefix sum over chunks, so the sequence is
+cut into segments of L chunks that run in parallel:
+
+1. `segment_sums_kernel`: one program per segment (and state tile) adds up its segment's
+   Σ k_jᵀ v_j and Σ k_j, reading k and v once;
+2. `segment_output_kernel`: one program per segment (and value tile) starts from the sum of
+   the segments before its own and walks its L chunks in order, keeping S_t and z_t in
+   registers, and writes the outputs; it reads q, k and v once.
+
+No state is ever stored per chunk: the pass moves q, k, v, o and k, v once more, 6·N·d values,
+against 4·N·d at the least, and its sequential depth is L chunks instead of N/C. L is chosen so
+that the segments of all heads fill the GPU (`segment_length`). (flash-linear-attention stores
+every chunk's state from one long walk, `chunk_fwd_kernel_h`, and reads it back in
+`chunk_fwd_kernel_o`.)
+
+Precision: the matrix products take 16-bit inputs as they are, on their own tensor cores, and
+float32 inputs as three TF32 products (`dot`); all accumulate in float32, and the states stay
+float32 in registers. A state enters a product as a 16-bit operand: for float16, whose range
+ends at 65504 (a sum over 100k tokens passes it), divided by its largest magnitude, which then
+multiplies the float32 product (`as_operand`).
+
+Layout: q, k `(B, H, N, K)` and v `(B, H, N, V)` contiguous; K, V multiples of the tiles BK, BV.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from linattn_core.kernels.common import dot, multiprocessors
+from linattn_core.kernels.tiles import tiles
+
+MAX_SEGMENTS = 64  # a program adds up to this many segment sums before its walk
+PROGRAMS_PER_SM = 4  # programs the segments should give each multiprocessor
+
+
+@triton.jit
+def as_operand(x, dtype: tl.constexpr):
+    """A float32 tile as an operand of `dtype` and the factor its product must be multiplied by:
+    for float16 x / max|x| (float16's largest number is 65504), else x as it is and 1."""
+    if dtype == tl.float16:
+        scale = tl.maximum(tl.max(tl.abs(x)), 1e-30)
+        return (x / scale).to(dtype), scale
+    return x.to(dtype), 1.0
+
+
+@triton.jit(do_not_specialize=["N", "L"])
+def segment_sums_kernel(
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    hs,  # [B, H, NS, K, V] float32 written: Σ k_jᵀ v_j over each segment
+    zs,  # [B, H, NS, K] float32, written when NORMALIZE: Σ k_j over each segment
+    N,
+    L,  # chunks per segment
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """Σ k_jᵀ v_j (and Σ k_j) over one segment's tokens: one (BK, BV) tile a program."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    b_z = tl.zeros([BK], dtype=tl.float32)
+    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N  # the last chunk may be short
+        p_k = k + (i_bh * N + o_t[None, :]) * K + o_k[:, None]  # kᵀ [BK, C]
+        p_v = v + (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_k = tl.load(p_k, mask=m_t[None, :], other=0.0)
+        b_h = dot(b_k, tl.load(p_v, mask=m_t[:, None], other=0.0), b_h)
+        if NORMALIZE:
+            b_z += tl.sum(b_k.to(tl.float32), axis=1)
+    row = i_bh * NS + i_s
+    tl.store(hs + (row * K + o_k[:, None]) * V + o_v[None, :], b_h)
+    if NORMALIZE:
+        if i_v == 0:
+            tl.store(zs + row * K + o_k, b_z)
+
+
+@triton.jit(do_not_specialize=["N", "L"])
+def segment_output_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    hs,  # [B, H, NS, K, V] float32 segment sums, from segment_sums_kernel
+    zs,  # [B, H, NS, K] float32 segment key sums, read when NORMALIZE
+    o,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's numerator
+    rden,  # [B, H, N] float32 r, or [K/BK, B, H, N]: each feature tile's denominator
+    N,
+    L,
+    eps,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """o_i = r_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j) over one segment's chunks, in order,
+    for a BK × BV tile of the state: S_t starts as the sum of the segments before and gains
+    k_tᵀ v_t after each chunk. With one feature tile (K = BK) the program writes o and r; with
+    several, each writes its share of the numerator and of the denominator (sums over its
+    features), which the launcher adds up."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t, this program's tile
+    b_z = tl.zeros([BK], dtype=tl.float32)  # z_t, this program's features
+    for i_p in range(i_s):  # the segments before this one
+        row = i_bh * NS + i_p
+        b_h += tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])
+        if NORMALIZE:
+            b_z += tl.load(zs + row * K + o_k)
+    out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of o and rden
+    causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
+    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        p_q = q + (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
+        p_k = k + (i_bh * N + o_t[None, :]) * K + o_k[:, None]  # kᵀ [BK, C]
+        p_v = v + (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+        b_q = tl.load(p_q, mask=m_t[:, None], other=0.0)
+        b_k = tl.load(p_k, mask=m_t[None, :], other=0.0)
+        b_v = tl.load(p_v, mask=m_t[:, None], other=0.0)
+        b_ho, scale = as_operand(b_h, b_q.dtype)
+        b_o = dot(b_q, b_ho, None) * scale  # q_i S_t
+        b_a = tl.where(causal, dot(b_q, b_k, None), 0.0)  # q_i·k_j within the chunk
+        b_o = dot(b_a.to(b_v.dtype), b_v, b_o)
+        if NORMALIZE:
+            b_den = tl.sum(b_q.to(tl.float32) * b_z[None, :], axis=1) + tl.sum(b_a, axis=1)
+            if K == BK:  # the whole denominator: normalize here
+                b_den = 1.0 / (b_den + eps)  # r
+                b_o = b_o * b_den[:, None]
+            if i_v == 0:
+                tl.store(rden + out * N + o_t, b_den, mask=m_t)
+            b_z += tl.sum(b_k.to(tl.float32), axis=1)
+        p_o = o + (out * N + o_t[:, None]) * V + o_v[None, :]
+        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_t[:, None])
+        b_h = dot(b_k, b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+
+
+def segment_length(n_chunks, programs_per_segment, device):
+    """Chunks per segment L: the fewest that still give each multiprocessor of the GPU about
+    PROGRAMS_PER_SM programs (`programs_per_segment` programs run for each segment), and at most
+    MAX_SEGMENTS segments.
+
+    >>> segment_length(1024, 16, torch.device("cpu"))  # 4 "multiprocessors" on the CPU
+    1024
+    """
+    wanted = -(-PROGRAMS_PER_SM * multiprocessors(device) // programs_per_segment)
+    segments = max(1, min(wanted, MAX_SEGMENTS, n_chunks))
+    return -(-n_chunks // segments)
+
+
+def segment_sums(k, v, *, normalize, chunk_size, segment, arch):
+    """Launch `segment_sums_kernel`: (Σ kᵀv `(B, H, NS, K, V)` float32, Σ k `(B, H, NS, K)`
+    float32 or None) over segments of `segment` chunks."""
+    batch, heads, n, d_k = k.shape
+    d_v = v.shape[-1]
+    n_segments = triton.cdiv(triton.cdiv(n, chunk_size), segment)
+    tile = tiles("segment_sums", arch, d_k, d_v, v.dtype)
+    hs = k.new_empty(batch, heads, n_segments, d_k, d_v, dtype=torch.float32)
+    zs = k.new_empty(batch, heads, n_segments, d_k, dtype=torch.float32) if normalize else None
+    grid = ((d_k // tile.block_k) * (d_v // tile.block_v), n_segments, batch * heads)
+    segment_sums_kernel[grid](
+        k, v, hs, zs, n, segment, d_k, d_v, chunk_size, NORMALIZE=normalize, **tile.launch_options
+    )
+    return hs, zs
+
+
+def chunk_linear_attention_fwd(q, k, v, *, normalize, eps, chunk_size, arch, segment=None):
+    """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, r `(B, H, N)` float32 or
+    None). Inputs contiguous `(B, H, N, ·)`; `arch` selects the tiles (`tiles.py`); `segment`
+    chunks per segment (default `segment_length`)."""
+    batch, heads, n, d_k = q.shape
+    d_v = v.shape[-1]
+    tile = tiles("segment_output", arch, d_k, d_v, v.dtype)
+    n_chunks = triton.cdiv(n, chunk_size)
+    split, programs = d_k // tile.block_k, batch * heads * d_k * d_v // tile.block_k // tile.block_v
+    segment = segment or segment_length(n_chunks, programs, v.device)
+    hs, zs = segment_sums(
+        k, v, normalize=normalize, chunk_size=chunk_size, segment=segment, arch=arch
+    )
+    if split == 1:
+        o = torch.empty_like(v)
+        rden = q.new_empty(batch, heads, n, dtype=torch.float32) if normalize else None
+    else:  # each feature tile's share of the numerator and of the denominator
+        o = v.new_empty(split, batch, heads, n, d_v, dtype=torch.float32)
+        rden = q.new_empty(split, batch, heads, n, dtype=torch.float32) if normalize else None
+    grid = (split * d_v // tile.block_v, triton.cdiv(n_chunks, segment), batch * heads)
+    segment_output_kernel[grid](
+        q, k, v, hs, zs, o, rden, n, segment, eps, d_k, d_v, chunk_size, NORMALIZE=normalize,
+        **tile.launch_options,
+    )  # fmt: skip
+    if split == 1:
+        return o, rden
+    o = o.sum(dim=0)
+    if normalize:
+        rden = 1.0 / (rden.sum(dim=0) + eps)
+        o = o * rden[..., None]
+    return o.to(v.dtype), rden

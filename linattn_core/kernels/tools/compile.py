@@ -1,0 +1,438 @@
+"""Compile every Triton kernel of `linear_attention` and `delta_rule` (method="triton") for NVIDIA
+GPUs, on a machine without one, and report what the compiler made of it.
+
+    python -m linattn_core.kernels.tools.compile [--arch 80 90] [--json PATH] [--jobs N]
+
+Triton's whole pipeline (Triton IR → GPU IR → LLVM → PTX → ptxas → cubin) runs on a CPU. The
+check runs the package's own launchers on small CPU tensors with Triton's launch intercepted,
+so each kernel is specialized exactly as a real launch would specialize it (Triton's binder
+on the real arguments: dtypes, pointer alignment, constexprs, warps, stages), then compiles it
+for each architecture and reads
+
+    registers, spill_bytes  ptxas' own report (`-v`): registers per thread, bytes spilled to
+                            local memory (stores; loads are reported beside them);
+    shared_bytes            the shared memory the kernel asks for (Triton's metadata);
+    mma_instructions        tensor-core instructions in the SASS (HMMA on sm_80; HGMMA and HMMA
+                            on sm_90), and their opcodes, which name the operand type;
+    programs_per_sm         occupancy: programs that fit one multiprocessor at once, limited by
+                            registers, shared memory, warps and the block limit.
+
+A record's status is "ok" or the reason it fails: a compile error, a spill, shared memory over
+the architecture's limit, or a 16-bit kernel that does not multiply on its own tensor cores
+(no MMA, or TF32 MMA where the kernel is not one of FLOAT32_KERNELS). The command exits with 1
+when any record fails. Compiled results are cached by a hash of the kernel's source and its
+specialization, so a second run takes seconds.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import importlib.metadata
+import io
+import itertools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import create_function_from_signature
+
+from linattn_core.kernels.common import INTERPRETED
+from linattn_core.kernels.tiles import GPU_LIMITS
+from linattn_core.kernels.tools.launches import (
+    DTYPES,
+    FLA_CONFIGS,
+    FLA_CONFIGS_SM80,
+    cases,
+    linear_attention_launches,
+)
+
+RESERVED_SHARED = 1024  # bytes of shared memory the driver reserves per program
+DEFAULT_CACHE = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "linattn_core" / "compile"
+)
+
+
+def compile_launch(launch, arch, cache_dir=None):
+    """Compile `launch` for compute capability `arch`: a dict of what the compiler reports."""
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    kwargs = dict(launch.kwargs, debug=False)
+    kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
+    binder = create_function_from_signature(launch.kernel.signature, launch.kernel.params, backend)
+    bound, specialization, options = binder(*launch.args, **kwargs)
+    options, signature, constexprs, attrs = launch.kernel._pack_args(
+        backend, kwargs, bound, specialization, options
+    )
+    key = _cache_key(launch.kernel, arch, signature, constexprs, attrs, options)
+    cached = cache_dir and Path(cache_dir, f"{key}.json")
+    if cached and cached.exists():
+        return json.loads(cached.read_text())
+    result = {"source_hash": launch.kernel.cache_key[:16]}
+    try:
+        result |= _compile(launch.kernel, target, signature, constexprs, attrs, options)
+    except Exception as error:  # a failed compile is a result to report, not a crash
+        result["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(result))
+    return result
+
+
+def _compile(kernel, target, signature, constexprs, attrs, options):
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    log = io.StringIO()
+    with (
+        _knob(triton.knobs.nvidia, "dump_ptxas_log", True),
+        _knob(triton.knobs.compilation, "always_compile", True),
+        contextlib.redirect_stdout(log),
+    ):
+        compiled = triton.compile(source, target=target, options=options.__dict__)
+    ptxas = log.getvalue()
+    opcodes = _mma_opcodes(compiled.asm["cubin"])
+    return {
+        "registers": int(re.search(r"Used (\d+) registers", ptxas).group(1)),
+        "spill_bytes": int(re.search(r"(\d+) bytes spill stores", ptxas).group(1)),
+        "spill_load_bytes": int(re.search(r"(\d+) bytes spill loads", ptxas).group(1)),
+        "shared_bytes": compiled.metadata.shared,
+        "num_warps": compiled.metadata.num_warps,
+        "num_stages": compiled.metadata.num_stages,
+        "mma_instructions": sum(opcodes.values()),
+        "mma_opcodes": sorted(opcodes),
+    }
+
+
+@contextlib.contextmanager
+def _knob(group, name, value):
+    previous = getattr(group, name)
+    setattr(group, name, value)
+    try:
+        yield
+    finally:
+        setattr(group, name, previous)
+
+
+def _mma_opcodes(cubin):
+    """{opcode: count} of the tensor-core instructions (HMMA, HGMMA) in a cubin's SASS."""
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        sass = subprocess.run(
+            [tools / "cuobjdump", "-sass", file.name], capture_output=True, text=True, check=True
+        ).stdout
+    counts = {}
+    for opcode in re.findall(r"\b(H[G]?MMA\.[\w.]+)", sass):
+        counts[opcode] = counts.get(opcode, 0) + 1
+    return counts
+
+
+def _cache_key(kernel, arch, signature, constexprs, attrs, options):
+    text = json.dumps(
+        [
+            kernel.cache_key,
+            arch,
+            triton.__version__,
+            signature,
+            sorted((str(k), str(v)) for k, v in constexprs.items()),
+            sorted((str(k), str(v)) for k, v in attrs.items()),
+            sorted((k, str(v)) for k, v in options.__dict__.items()),
+        ],
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def occupancy(arch, registers, shared_bytes, num_warps):
+    """Programs that fit one multiprocessor at once (CUDA's occupancy rules)."""
+    limits = GPU_LIMITS[arch]
+    registers_per_warp = -(-registers * 32 // 256) * 256  # allocated in units of 256
+    by_registers = limits.registers_per_sm // (registers_per_warp * num_warps)
+    by_shared = limits.shared_per_sm // (shared_bytes + RESERVED_SHARED)
+    by_warps = limits.warps_per_sm // num_warps
+    return min(by_registers, by_shared, by_warps, limits.programs_per_sm)
+
+
+# Kernels that multiply in float32 whatever the inputs' dtype, by design: the delta rule's
+# triangular inverse and its derivative (`delta_forward.py`), where 16-bit operands would cost
+# the inverse its accuracy. Their float32 products run as TF32 ones (three for one).
+FLOAT32_KERNELS = {"delta_prepare_kernel", "delta_wy_kernel"}
+
+
+def status(record):
+    """ "ok", or why the kernel would not run well or at all on the record's architecture."""
+    if "error" in record:
+        return f"compile error: {record['error']}"
+    problems = []
+    if record["spill_bytes"]:
+        problems.append(f"spills {record['spill_bytes']} bytes")
+    limit = GPU_LIMITS[record["arch"]].shared_per_block
+    if record["shared_bytes"] > limit:
+        problems.append(f"shared memory {record['shared_bytes']} B > {limit} B")
+    if record["dtype"] in ("bfloat16", "float16"):
+        if not record["mma_instructions"]:
+            problems.append("no tensor-core MMA")
+        elif record.get("kernel") not in FLOAT32_KERNELS and any(
+            "TF32" in opcode for opcode in record["mma_opcodes"]
+        ):
+            problems.append("TF32 MMA for 16-bit inputs")
+    return "; ".join(problems) or "ok"
+
+
+def compile_records(
+    archs, dtypes=tuple(DTYPES), *, peer=None, jobs=None, cache_dir=None, progress=True
+):
+    """One record per (architecture, configuration, kernel launch) of `launches.cases`, compiled
+    in parallel, each binary once."""
+    work = []
+    for arch in archs:
+        for fields, launches in cases(arch, dtypes, peer=peer):
+            for pass_, launch in launches:
+                record = {"kernel": launch.name, "arch": arch, "pass": pass_} | fields
+                record |= {"block_k": launch.kwargs.get("BK"), "block_v": launch.kwargs.get("BV")}
+                work.append((record, launch))
+    unique = {}
+    for _, launch in work:
+        unique.setdefault(_launch_id(launch), launch)
+    results = _compile_all(unique, archs, jobs, cache_dir, progress)
+    records = []
+    for fields, launch in work:
+        record = fields | results[(_launch_id(launch), fields["arch"])]
+        if "error" not in record:
+            record["programs_per_sm"] = occupancy(
+                record["arch"], record["registers"], record["shared_bytes"], record["num_warps"]
+            )
+        record["status"] = status(record)
+        records.append(record)
+    return records
+
+
+def tile_experiment(kernel, archs, variants, *, dtype="bfloat16", d=128, d_v=128, cache_dir=None):
+    """Compile one of causal linear attention's kernels (normalized, C = 64) with other launch
+    options: a record for each architecture and variant, e.g. {"BV": 32, "num_warps": 8} (a
+    variant's entries replace the launcher's own; "ok" status or why not, as in `status`).
+
+    Where the kernels are interpreted (TRITON_INTERPRET=1), the compile runs in a process of its
+    own, whose kernels are the compiler's.
+    """
+    if INTERPRETED:
+        return _in_compiler_process(
+            tile_experiment, kernel, list(archs), list(variants), dtype=dtype, d=d, d_v=d_v
+        )
+    records = []
+    for arch in archs:
+        (launch,) = [
+            launch
+            for _, launch in linear_attention_launches(arch, DTYPES[dtype], d, d_v, 64, True)
+            if launch.name == kernel
+        ][:1]
+        for variant in variants:
+            varied = dataclasses.replace(launch, kwargs=launch.kwargs | variant)
+            record = {"kernel": kernel, "arch": arch, "dtype": dtype, "d": d, "d_v": d_v}
+            record |= {"block_k": varied.kwargs["BK"], "block_v": varied.kwargs["BV"]}
+            record |= compile_launch(varied, arch, cache_dir)
+            if "error" not in record:
+                record["programs_per_sm"] = occupancy(
+                    arch, record["registers"], record["shared_bytes"], record["num_warps"]
+                )
+            record["status"] = status(record)
+            records.append(record)
+    return records
+
+
+def _in_compiler_process(function, *args, **kwargs):
+    """function(*args, **kwargs) (JSON in and out) in a Python without TRITON_INTERPRET."""
+    code = (
+        "import json, sys\n"
+        f"from {function.__module__} import {function.__name__}\n"
+        "args, kwargs = json.loads(sys.stdin.read())\n"
+        f"print(json.dumps({function.__name__}(*args, **kwargs)))\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([args, kwargs]),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode:
+        raise RuntimeError(f"the compile failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _launch_id(launch):
+    """What decides the compiled binary: the kernel, Triton's specialization of the arguments
+    (dtypes, alignments, constexprs), warps and stages."""
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    binder = create_function_from_signature(launch.kernel.signature, launch.kernel.params, backend)
+    _, specialization, options = binder(*launch.args, **launch.kwargs)
+    return (launch.kernel.fn.__module__, launch.name, repr(specialization), repr(options))
+
+
+def _compile_all(unique, archs, jobs, cache_dir, progress):
+    tasks = [(launch, arch) for launch in unique.values() for arch in archs]
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count()) as pool:
+        outcomes = pool.map(_compile_task, [(*task, cache_dir) for task in tasks], chunksize=4)
+        if progress:
+            from tqdm.auto import tqdm
+
+            outcomes = tqdm(outcomes, total=len(tasks), desc="compiling", leave=False, disable=None)
+        return {
+            (_launch_id(launch), arch): result
+            for (launch, arch), result in zip(tasks, outcomes, strict=True)
+        }
+
+
+def _compile_task(task):
+    launch, arch, cache_dir = task
+    return compile_launch(launch, arch, cache_dir)
+
+
+def summary(records):
+    """Lines of a table: per architecture, dtype and kernel, the worst case over head dims, chunk
+    sizes and normalization, and every failing record in full."""
+    lines = [
+        f"{'arch':<6}{'dtype':<10}{'kernel':<26}{'registers':>10}{'spill B':>9}{'shared KiB':>12}"
+        f"{'programs/SM':>13}  MMA"
+    ]
+    key = lambda r: (r["arch"], r["dtype"], r["kernel"])  # noqa: E731
+    for (arch, dtype, kernel), group in itertools.groupby(sorted(records, key=key), key=key):
+        group = [r for r in group if "error" not in r]
+        if not group:
+            continue
+        opcodes = sorted({o for r in group for o in r["mma_opcodes"]})
+        mma = ", ".join(opcodes) if opcodes else "none (FFMA)"
+        lines.append(
+            f"sm_{arch:<3}{dtype:<10}{kernel:<26}"
+            f"{_span(r['registers'] for r in group):>10}"
+            f"{max(r['spill_bytes'] for r in group):>9}"
+            f"{_span(round(r['shared_bytes'] / 1024, 1) for r in group):>12}"
+            f"{_span(r['programs_per_sm'] for r in group):>13}  {mma}"
+        )
+    failures = [r for r in records if r["status"] != "ok"]
+    lines.append(f"{len(records)} records, {len(failures)} failing")
+    lines += [json.dumps(r) for r in failures]
+    return lines
+
+
+def load_report(path):
+    """A committed compile report ({"provenance": …, "records": […]}, as `--json` writes it)."""
+    return json.loads(Path(path).read_text())
+
+
+def report_records(report, arch, d, dtype="bfloat16"):
+    """The records of unnormalized causal linear attention at d = d_v on `arch`, one per kernel
+    launch, forward then backward: the configuration that ours and FLA's reports share."""
+    rows = {}
+    for r in report["records"]:
+        if (r["arch"], r["dtype"], r["d"], r["d_v"], r.get("normalize")) == (
+            arch,
+            dtype,
+            d,
+            d,
+            False,
+        ):
+            rows.setdefault((r["pass"], r["kernel"]), r)
+    return list(rows.values())
+
+
+def tensor_core_kinds(opcodes):
+    """ "HGMMA.64x64x16.F32.BF16" → "HGMMA BF16": the instructions and their operand types, in
+    words (F16 where the opcode names none).
+
+    >>> tensor_core_kinds(["HGMMA.64x64x16.F32.BF16", "HMMA.16816.F32", "HMMA.16816.F32.BF16"])
+    'HGMMA BF16, HMMA BF16, HMMA F16'
+    """
+    kinds = {
+        (o.split(".")[0], o.split(".")[-1] if o.endswith(("BF16", "TF32")) else "F16")
+        for o in opcodes
+    }
+    return ", ".join(f"{name} {operands}" for name, operands in sorted(kinds))
+
+
+def _span(values):
+    values = sorted(values)
+    return f"{values[0]}" if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m linattn_core.kernels.tools.compile",
+        description="Compile the Triton kernels for NVIDIA GPUs without a GPU; report registers, "
+        "spills, shared memory, occupancy and tensor-core instructions.",
+    )
+    parser.add_argument("--arch", type=int, nargs="+", choices=sorted(GPU_LIMITS), default=[80, 90])
+    parser.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=list(DTYPES))
+    parser.add_argument(
+        "--peer",
+        choices=["fla"],
+        help="compile flash-linear-attention's kernels instead (fla-core)",
+    )
+    parser.add_argument("--json", type=Path, help="write the records and their provenance here")
+    parser.add_argument("--jobs", type=int, help="parallel compiles (default: one per CPU)")
+    parser.add_argument(
+        "--cache", type=Path, default=DEFAULT_CACHE, help="compiled results kept between runs"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="compile everything anew")
+    arguments = parser.parse_args(argv)
+    records = compile_records(
+        arguments.arch,
+        tuple(arguments.dtype),
+        peer=arguments.peer,
+        jobs=arguments.jobs,
+        cache_dir=None if arguments.no_cache else arguments.cache,
+    )
+    print("\n".join(summary(records)))
+    if arguments.json:
+        arguments.json.parent.mkdir(parents=True, exist_ok=True)
+        arguments.json.write_text(report_json(_provenance(arguments), records))
+        print(f"wrote {arguments.json}")
+    failing = any(r["status"] != "ok" for r in records)
+    return 1 if failing and not arguments.peer else 0  # a peer's failures are findings, not ours
+
+
+def report_json(provenance, records):
+    """{"provenance": …, "records": […]} as JSON text, one record a line (diffs stay readable)."""
+    lines = ",\n".join("  " + json.dumps(record) for record in records)
+    return f'{{"provenance": {json.dumps(provenance, indent=1)},\n"records": [\n{lines}\n]}}\n'
+
+
+def _provenance(arguments):
+    from linattn_core.bench.provenance import device_name, provenance
+
+    command = " ".join(
+        ["python -m linattn_core.kernels.tools.compile", *map(shlex.quote, sys.argv[1:])]
+    )
+    origin = provenance("cpu", command=command)
+    origin["device"] = "none: compiled on " + device_name("cpu")
+    origin["targets"] = {f"sm_{a}": GPU_LIMITS[a].name for a in arguments.arch}
+    origin["ptxas"] = _ptxas_version()
+    if arguments.peer == "fla":
+        origin["peer"] = f"fla-core {importlib.metadata.version('fla-core')}"
+        origin["peer_configs"] = {
+            f"{name} (sm_{arch})": repr(config)
+            for arch in arguments.arch
+            for name, config in (FLA_CONFIGS if arch == 90 else FLA_CONFIGS_SM80).items()
+        }
+    return origin
+
+
+def _ptxas_version():
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    return version.strip().splitlines()[-1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
