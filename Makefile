@@ -62,8 +62,7 @@ book: venv assets
 
 serve:
 	@test -f $(HTML)/index.html || { echo "no book in $(HTML): run 'make book' first"; exit 1; }
-	@echo "Serving $(HTML) on http://127.0.0.1:$(PORT)/ (Ctrl-C to stop)"
-	$(PY) -m http.server $(PORT) --bind 127.0.0.1 --directory $(HTML)
+	$(PY) scripts/serve.py --port $(PORT) --directory $(HTML)
 
 # Execute chapter notebooks in place (outputs and widget state are stored and committed).
 notebooks: venv

@@ -20,7 +20,8 @@ The search page lists each result with a snippet of the page's text, where Sphin
 its TeX source ("\(\exp(q^\T k)\)"), and with the title of the section it found, math again as
 bare TeX ("\sigma_1 by power iteration", no delimiters left to tell math from prose). The index
 keeps each formula of a title delimited, \(...\), and search.html alone loads MathJax, the book's
-macros and _extra/shims/search-math.js, which typesets the formulas of titles and snippets.
+macros and _extra/shims/search.js, which typesets the formulas of titles and snippets (and ranks
+the results and takes their snippets from the article).
 """
 
 import copy
@@ -69,7 +70,7 @@ def search_page_math(app, pagename, templatename, context, doctree):
     app.builder.add_js_file("", body=f"window.MathJax = {json.dumps(config)}")
     app.builder.add_js_file(app.config.mathjax_path, defer="defer")
     # After searchtools.js (a plain script further down the page), before the search starts.
-    app.builder.add_js_file("../shims/search-math.js", defer="defer")
+    app.builder.add_js_file("../shims/search.js", defer="defer")
 
 
 def _title_text(node):

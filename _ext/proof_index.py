@@ -2,9 +2,11 @@
 
 sphinx-proof's index (prf-prf.html) lists every labelled definition, theorem and proof by its raw
 label ("def-aj-commutation"), alphabetically. This one groups them by chapter, in the book's
-order, and names each by its kind and title ("Definition: commutation matrix"), keeping the label
-as a note (a title with math, which an index entry cannot typeset, gives way to the label).
-The titles are collected from the directives' nodes as each page is read.
+order, and names each as the chapter shows it, by its kind, number and title ("Definition 4:
+commutation matrix"; a title with math, which an index entry cannot typeset, is left out).
+The titles are collected from the directives' nodes as each page is read; the numbers are
+Sphinx's (the figure numbers of each page). Every page links to this index and to the index of
+terms from the foot of its sidebar (`_templates/book-indexes.html`).
 """
 
 from sphinx_proof.domain import ProofIndex
@@ -48,11 +50,13 @@ def generate(self, docnames=None):
         docname = values["docname"]
         chapter = env.titles[docname].astext() if docname in env.titles else docname
         kind = values["realtype"].capitalize()
+        number = env.toc_fignumbers.get(docname, {}).get(values["countertype"], {}).get(label)
+        name = f"{kind} {'.'.join(map(str, number))}" if number else kind
         title = titles.get(label, "")
-        # A title with math would show its TeX here (index entries are not typeset): the kind
-        # and the label stand in for it.
-        name = f"{kind}: {title}" if title and "$" not in title and "\\" not in title else kind
-        entry = (name, 0, docname, label, label, "", "")  # the label in brackets after it
+        # A title with math would show its TeX here (index entries are not typeset).
+        if title and "$" not in title and "\\" not in title:
+            name = f"{name}: {title}"
+        entry = (name, 0, docname, label, "", "", "")  # in the order the page has them
         groups.setdefault((docname, chapter), []).append(entry)
     content = [(chapter, entries) for (_, chapter), entries in sorted(groups.items())]  # page order
     return content, False

@@ -13,7 +13,12 @@ static version offers (None: all options of a dropdown, toggle or selection slid
 value of an integer slider). Figures are PNGs at twice the displayed resolution, in 64 colours,
 and their smallest text must be at least `plotting.MIN_EXPLORABLE_TEXT_PX` as displayed.
 `measured=True` says on the page that the frames hold measurements (timings) made when the
-notebook was executed, which the live controls repeat on the reader's machine.
+notebook was executed, which the live controls repeat on the reader's machine. `alt` describes
+what the figure shows, for a reader who cannot see it: each frame's image says it, followed by
+the frame's settings. The controls are the only place the page names the settings (a figure
+that also prints or titles them says them three times). The book gives the figure its number
+and caption (the cell's `mystnb.figure` metadata) and loads each frame's images only when a
+reader picks the frame (`_ext/static_pages.py` writes them to files).
 """
 
 import base64
@@ -34,16 +39,17 @@ __all__ = ["Explorable", "explorable"]
 MAX_FRAMES = 200  # combinations a static figure may precompute
 
 
-def explorable(function, /, *, measured=False, **controls):
-    """The interactive figure of `function` with these controls: name → (widget, stops)."""
-    return Explorable(function, controls, measured=measured)
+def explorable(function, /, *, alt=None, measured=False, **controls):
+    """The interactive figure of `function` with these controls: name → (widget, stops);
+    `alt`: what its images show, in words."""
+    return Explorable(function, controls, alt=alt, measured=measured)
 
 
 class Explorable:
     """Live ipywidgets controls with a precomputed static twin (see the module docstring)."""
 
-    def __init__(self, function, controls, *, measured=False):
-        self.function, self.measured = function, measured
+    def __init__(self, function, controls, *, alt=None, measured=False):
+        self.function, self.alt, self.measured = function, alt, measured
         self.controls = {
             name: (widget, _stops(name, widget, stops))
             for name, (widget, stops) in controls.items()
@@ -70,7 +76,8 @@ class Explorable:
             caption = ", ".join(
                 f"{title} = {label}" for title, (label, _) in zip(titles, combination, strict=True)
             )
-            found.append((caption, _run(self.function, values, caption)))
+            alt = f"{self.alt} ({caption})" if self.alt else caption
+            found.append((caption, _run(self.function, values, caption, alt)))
         return found
 
     def static_html(self):
@@ -110,7 +117,7 @@ def _label(value):
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _run(function, values, caption):
+def _run(function, values, caption, alt):
     """What `function(**values)` prints and draws, as HTML."""
     text, images, before = io.StringIO(), [], set(plt.get_fignums())
 
@@ -139,7 +146,7 @@ def _run(function, values, caption):
     parts += [
         f'<img src="data:image/png;base64,{base64.b64encode(image.png).decode()}"'
         f' width="{image.width}" height="{image.height}" data-text-px="{image.text_px:.1f}"'
-        f' style="max-width: 100%; height: auto" alt="{html.escape(caption)}">'
+        f' style="max-width: 100%; height: auto" alt="{html.escape(alt)}">'
         for image in images
     ]
     return "".join(parts)
@@ -147,10 +154,10 @@ def _run(function, values, caption):
 
 def _page(figure):
     frames = figure.frames()
-    names = _titles(figure)
+    titles = _titles(figure)
     uid = f"explorable-{zlib.crc32(''.join(f for _, f in frames).encode()):08x}"
     rows, sizes, start = [], [], []
-    for title, (name, (widget, stops)) in zip(names, figure.controls.items(), strict=True):
+    for title, (name, (widget, stops)) in zip(titles, figure.controls.items(), strict=True):
         current = min(range(len(stops)), key=lambda i: _distance(stops[i][1], widget.value))
         sizes.append(len(stops))
         start.append(current)
@@ -162,26 +169,22 @@ def _page(figure):
             f'<label style="margin-right: 1em">{html.escape(title)} '
             f'<select data-name="{html.escape(name)}">{options}</select></label>'
         )
-    labels = [[text for text, _ in stops] for _, stops in figure.controls.values()]
     index = 0
     for size, position in zip(sizes, start, strict=True):
         index = index * size + position
     return f"""<div class="explorable" id="{uid}">
 <div class="explorable-controls">{"".join(rows)}</div>
 <div class="explorable-note" style="font-size: 0.85em; color: #555">{_note(figure)}</div>
-<div class="explorable-caption" style="font-size: 0.85em">{html.escape(frames[index][0])}</div>
 <div class="explorable-frame">{frames[index][1]}</div>
 <script>(function () {{
   const root = document.getElementById("{uid}");
   const frames = {json.dumps([f for _, f in frames])};
-  const sizes = {json.dumps(sizes)}, names = {json.dumps(names)}, labels = {json.dumps(labels)};
+  const sizes = {json.dumps(sizes)};
   const selects = [...root.querySelectorAll("select")];
   function update() {{
     let index = 0;
     selects.forEach((select, i) => {{ index = index * sizes[i] + Number(select.value); }});
     root.querySelector(".explorable-frame").innerHTML = frames[index];
-    root.querySelector(".explorable-caption").textContent = selects
-      .map((select, i) => names[i] + " = " + labels[i][Number(select.value)]).join(", ");
   }}
   selects.forEach((select) => select.addEventListener("change", update));
 }})();</script>

@@ -17,9 +17,10 @@ def report(n=2, kind="a", scale=1.0):
         plt.show()
 
 
-def figure(**stops):
+def figure(alt=None, **stops):
     return explorable(
         report,
+        alt=alt,
         n=(widgets.IntSlider(value=3, min=2, max=4, description="n"), stops.get("n")),
         kind=(widgets.ToggleButtons(options=["a", "b"], value="b", description="kind"), None),
         scale=(widgets.FloatSlider(value=1.0, min=0.5, max=2, description="σ"), [0.5, 1.0, 2.0]),
@@ -42,8 +43,20 @@ def test_static_html_opens_on_the_widgets_values_and_switches_by_script():
     page = figure().static_html()
     selected = re.findall(r'<option value="(\d+)" selected>', page)
     assert selected == ["1", "1", "1"]  # n = 3, kind = b, σ = 1
-    assert "n = 3, kind = b, σ = 1" in page and "in Jupyter the controls run live" in page
+    assert "in Jupyter the controls run live" in page
     assert page.count("<select") == 3 and "addEventListener" in page
+
+
+def test_the_settings_are_named_by_the_controls_and_in_the_images_words():
+    """The page shows the settings once, in its controls; each image says what it shows and
+    for which settings (its alt text), for a reader who cannot see it."""
+    page = figure(alt="a line from the origin").static_html()
+    shown = re.sub(r"<script>.*?</script>|<select.*?</select>", "", page, flags=re.S)
+    assert "σ = 1" not in re.sub(r'alt="[^"]*"', "", shown)  # no caption of the settings
+    alts = re.findall(r'alt=\\?"([^"\\]*)', page)
+    assert alts and all(alt.startswith("a line from the origin (n = ") for alt in alts)
+    assert "a line from the origin (n = 3, kind = b, σ = 1)" in alts
+    assert re.findall(r'alt="([^"]*)"', figure().static_html()) == ["n = 3, kind = b, σ = 1"]
 
 
 def test_the_live_widget_comes_first_and_the_book_gets_html():

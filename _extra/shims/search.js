@@ -1,14 +1,47 @@
-// The search page (search.html) shows each result with a snippet of the page's text. Sphinx
-// takes that text from the page's HTML as it was built, where math is still TeX source
-// (\(\exp(q^\T k)\)), cuts it at 240 characters (in the middle of a formula at times) and
-// offers no snippet at all for a result anchored at an empty target (an {index} entry: a
-// JavaScript error, appendChild(null)). Here a snippet keeps each formula whole (or leaves it
-// out where the cut would halve it), shows code as code, and MathJax typesets the formulas,
-// those of the results' titles too (_ext/book_pages.py delimits math in the index's titles).
-// _ext/book_pages.py loads this file, MathJax and the book's macros on search.html only.
+// The search page (search.html), as a reader needs it. _ext/book_pages.py loads this file,
+// MathJax and the book's macros on search.html only.
+//
+// Ranking: Sphinx scores a page by the best place each word is found, and every section title
+// of a page counts as its title, so "delta rule" found Corrections and Matrix calculus (which
+// have sections on it) before the chapter named after it. A result on a page whose own title
+// holds the words searched for now comes first, the page itself before its sections.
+//
+// Snippets: Sphinx shows each result with a snippet of the page's text, taken from the page's
+// main element, where the buttons of the article header come first ("Repository Open issue
+// .ipynb .pdf"); the math in that text is TeX source (\(\exp(q^\T k)\)), cut at 240
+// characters (in the middle of a formula at times), and a result anchored at an empty target
+// (an {index} entry) got no snippet at all (a JavaScript error, appendChild(null)). Here a
+// snippet is taken from the article alone, keeps each formula whole (or leaves it out where the
+// cut would halve it), shows code as code, and MathJax typesets the formulas, those of the
+// results' titles too (_ext/book_pages.py delimits math in the index's titles).
 (function () {
   "use strict";
   if (typeof Search === "undefined") return;
+
+  // --- ranking ---------------------------------------------------------------------------
+  const words = (text) => (text || "").toLowerCase().match(/[\p{L}\p{N}]+/gu) || [];
+  // A word of the query is in a title if a word of the title starts with it or with its stem
+  // ("chunked" finds "chunked", "form" finds "forms").
+  const inTitle = (word, titleWords) =>
+    titleWords.some((t) => t === word || (word.length > 3 && t.startsWith(word.slice(0, -1))));
+  let queryWords = [];
+  const query = Search.query;
+  Search.query = (text) => {
+    queryWords = words(text);
+    return query(text);
+  };
+  const score = Scorer.score;
+  Scorer.score = (result) => {
+    const [docName, , anchor] = result;
+    const base = score ? score(result) : result[4];
+    const index = Search._index;
+    const titleWords = words(index.titles[index.docnames.indexOf(docName)]);
+    const found = queryWords.filter((word) => inTitle(word, titleWords)).length;
+    if (!found) return base;
+    return base + Math.round((anchor ? 40 : 100) * (found / queryWords.length));
+  };
+
+  // --- snippets and math --------------------------------------------------------------------
 
   // One MathJax pass after another (MathJax 3 asks that typesetting calls do not overlap).
   let queue = Promise.resolve();
@@ -50,7 +83,7 @@
     for (const removal of [".headerlink", "script", "style", ".eqno"]) {
       html.querySelectorAll(removal).forEach((el) => el.remove());
     }
-    const main = html.querySelector('[role="main"]');
+    const main = html.querySelector("article.bd-article") || html.querySelector('[role="main"]');
     let root = main;
     if (main && anchor) {
       try {

@@ -1,10 +1,10 @@
-"""The harness of the built-book checks: a server on 127.0.0.1 for `_build/html`, Debian's
-Chromium driven by Playwright (never a downloaded browser), and pages that record every request
-leaving 127.0.0.1 and every JavaScript error as a problem.
+"""The harness of the built-book checks: a server on 127.0.0.1 for `_build/html` (the one of
+`make serve`, scripts/serve.py: text compressed as static hosts send it), Debian's Chromium
+driven by Playwright (never a downloaded browser), and pages that record every request leaving
+127.0.0.1 and every JavaScript error as a problem.
 """
 
-import functools
-import http.server
+import importlib.util
 import shutil
 import threading
 from pathlib import Path
@@ -27,17 +27,18 @@ FLAGS = [
 ]
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
+def _serve_module():
+    spec = importlib.util.spec_from_file_location("serve", ROOT / "scripts" / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
 def server():
     if not HTML.is_dir():
         pytest.fail(f"{HTML} does not exist: build the book first (make book)")
-    handler = functools.partial(QuietHandler, directory=str(HTML))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd = _serve_module().server(HTML)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"

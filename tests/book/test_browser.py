@@ -28,7 +28,7 @@ PAGES = (
     else []
 )
 # The search page lists what it finds with a snippet of each page's text, math included.
-SEARCHES = ("kernel", "softmax", "Jacobian", "matrix on the unit circle")
+SEARCHES = ("kernel", "softmax", "Jacobian", "matrix on the unit circle", "delta rule")
 VISITED = [*PAGES, "genindex.html", *(f"search.html?q={query}" for query in SEARCHES)]
 
 pytestmark = pytest.mark.book
@@ -105,7 +105,7 @@ FIND_RAW_TEX = """(root, pattern) => {
 
 # What a page looks like once it has settled, measured in the page itself.
 # The search page (search.html?q=...) has settled once its status line reports the count and every
-# result shows its snippet, typeset (_extra/shims/search-math.js).
+# result shows its snippet, typeset (_extra/shims/search.js).
 INSPECT = """async (texPattern) => {
   const deadline = Date.now() + 10000;
   const wait = async (done) => {
@@ -121,12 +121,8 @@ INSPECT = """async (texPattern) => {
       && listed().every((li) => li.querySelector(":scope > .context, :scope > span")));
     if (window.bookSearchMath) await window.bookSearchMath();
   }
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-    await MathJax.startup.promise;
-    // formulas are typeset as they scroll into view (ui/lazy): typeset the rest, as printing does
-    const lazy = MathJax.startup.document && MathJax.startup.document.lazyTypesetAll;
-    if (lazy) await MathJax.startup.document.lazyTypesetAll();
-  }
+  // the search page typesets its snippets in the browser; every other page arrives typeset
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
   const views = document.querySelectorAll(
     'script[type="application/vnd.jupyter.widget-view+json"]');
   const settled = () => document.querySelectorAll(
@@ -136,7 +132,11 @@ INSPECT = """async (texPattern) => {
     .filter((el) => !el.querySelector('mjx-container'))
     .map((el) => el.textContent.slice(0, 60));
   const mathErrors = [...document.querySelectorAll('mjx-merror')].map((el) => el.textContent);
-  const brokenImages = [...document.images]
+  // images load as they near the screen: load them all, and wait for them
+  const images = [...document.images];
+  images.forEach((img) => { img.loading = "eager"; });
+  await Promise.all(images.map((img) => img.decode().catch(() => null)));
+  const brokenImages = images
     .filter((img) => !(img.complete && img.naturalWidth > 0))
     .map((img) => img.getAttribute('src').slice(0, 80));
   return {
@@ -254,7 +254,8 @@ def test_the_raw_tex_check_fails_a_built_page_with_tex(server, offline_page):
     """The same check the book's pages pass, on a built page served with a slip of TeX added:
     it must fail there."""
     page, problems = offline_page
-    slip = r"<p>A slip: the cost $x$ and \(\softmax(QK^\T)\) as typed</p>"
+    slip = r"<p>A slip: the cost $x$ as typed</p>"
+    slip += r"<p>and \(\softmax(QK^\T)\), no script typesets it</p>"
 
     def serve_with_slip(route):
         response = route.fetch()
@@ -263,14 +264,17 @@ def test_the_raw_tex_check_fails_a_built_page_with_tex(server, offline_page):
     page.route(f"{server}/intro.html", serve_with_slip)
     page.goto(f"{server}/intro.html", wait_until="load")
     state = page.evaluate(INSPECT, TEX)
-    assert state["math"] > 0  # MathJax ran: the slip's \(...\) is typeset, its $ is not
-    assert state["rawTex"] == ['p "A slip: the cost $x$ and [math] as typed"'], state["rawTex"]
+    assert state["math"] > 0  # the page's own formulas, typeset when the book was built
+    assert state["rawTex"] == [
+        'p "A slip: the cost $x$ as typed"',
+        'p "and \\(\\softmax(QK^\\T)\\), no script typesets it"',
+    ], state["rawTex"]
     assert not problems, problems
 
 
 def test_search_index_delimits_the_math_of_titles():
     """A search result found by its section title shows the title; searchtools.js sets it as
-    HTML, where _extra/shims/search-math.js typesets each \\(...\\) (_ext/book_pages.py)."""
+    HTML, where _extra/shims/search.js typesets each \\(...\\) (_ext/book_pages.py)."""
     text = (HTML / "searchindex.js").read_text(encoding="utf-8")
     titles = json.loads(text[text.index("(") + 1 : text.rindex(")")])["alltitles"]
     assert r"\(\phi(x) = x\): a kernel, but not a similarity" in titles
@@ -309,21 +313,34 @@ def test_bibliography_labels_read_like_the_citations():
 
 
 EXPLORE = """async (root) => {
-  // Every option of every control: the caption must name the chosen settings, and the frame
-  // must change when a control does (each control changes something).
+  // Every option of every control: the frame must change when a control does (each control
+  // changes something), and the frame's images must load and name the chosen settings in their
+  // words (alt text); the settings are shown nowhere else than in the controls.
   const selects = [...root.querySelectorAll("select")];
   const titles = [...root.querySelectorAll("label")].map((l) => l.firstChild.textContent.trim());
+  const frame = root.querySelector(".explorable-frame");
   const problems = [];
+  root.scrollIntoView();  // the page loads images as they near the screen
+  const loads = (img) => Promise.race([
+    img.decode().then(() => true, () => false),
+    new Promise((resolve) => setTimeout(() => resolve(false), 5000)),
+  ]);
+  if (root.querySelector(".explorable-caption")) problems.push("a caption of the settings");
   for (const [i, select] of selects.entries()) {
     let changed = false;
-    const first = root.querySelector(".explorable-frame").innerHTML;
+    const first = frame.innerHTML;
     for (const option of [...select.options]) {
       select.value = option.value;
       select.dispatchEvent(new Event("change"));
-      const caption = root.querySelector(".explorable-caption").textContent;
-      const expected = selects.map((s, j) => titles[j] + " = " + s.options[s.selectedIndex].text);
-      if (caption !== expected.join(", ")) problems.push(`caption "${caption}"`);
-      if (root.querySelector(".explorable-frame").innerHTML !== first) changed = true;
+      const settings = selects
+        .map((s, j) => titles[j] + " = " + s.options[s.selectedIndex].text).join(", ");
+      for (const img of frame.querySelectorAll("img")) {
+        if (!(await loads(img))) problems.push(`image does not load at ${settings}`);
+        if (!img.alt.endsWith(settings) && !img.alt.endsWith(`(${settings})`)) {
+          problems.push(`alt "${img.alt}" at ${settings}`);
+        }
+      }
+      if (frame.innerHTML !== first) changed = true;
     }
     if (!changed) problems.push(`control ${titles[i]} changes nothing`);
     select.selectedIndex = 0;
@@ -336,7 +353,8 @@ EXPLORE = """async (root) => {
 @pytest.mark.parametrize("page_path", PAGES)
 def test_every_control_of_a_static_figure_changes_it(server, offline_page, page_path):
     """The book's interactive figures work without a kernel: moving any control shows the
-    precomputed result of that setting, captioned with it."""
+    precomputed result of that setting, whose images (files loaded as they are picked) say in
+    words which setting they show."""
     page, problems = offline_page
     page.goto(f"{server}/{page_path}", wait_until="load")
     for figure in page.query_selector_all(".explorable"):
@@ -345,17 +363,20 @@ def test_every_control_of_a_static_figure_changes_it(server, offline_page, page_
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
-def test_proof_index_is_linked_and_lists_titles_by_chapter():
+def test_proof_index_is_linked_and_lists_numbers_and_titles_by_chapter():
     """The index of definitions, theorems and proofs (_ext/proof_index.py) is reachable from the
-    introduction and names each entry by kind and title under its chapter, not by raw label."""
+    introduction and names each entry under its chapter as the chapter does, by kind, number
+    and title ("Theorem 3: …"), never by its raw label."""
     assert 'href="prf-prf.html"' in (HTML / "intro.html").read_text()
     page = (HTML / "prf-prf.html").read_text()
     chapters = re.findall(r'<tr class="cap"[^>]*><td></td><td>\s*<strong>([^<]+)</strong>', page)
     assert chapters[0] == "From softmax attention to kernels" and len(chapters) >= 8
-    names = re.findall(r'<code class="xref">([^<]+)</code></a>\s*<em>\(([^)]+)\)</em>', page)
-    assert ("Definition: Kernel, feature map, Gram matrix", "def-kn-kernel") in names
-    assert all(name.split(":")[0] in KINDS for name, _ in names), names[:5]
-    assert not [name for name, _ in names if "$" in name or "\\" in name]  # no raw TeX
+    names = re.findall(r'<code class="xref">([^<]+)</code></a>', page)
+    assert "Definition 1: Kernel, feature map, Gram matrix" in names
+    numbered = [re.match(r"(\w+) (\d+)(: .+)?$", name) for name in names]
+    assert all(match and match[1] in KINDS for match in numbered), names[:5]
+    assert not [name for name in names if "$" in name or "\\" in name]  # no raw TeX
+    assert "<em>(" not in page  # no label beside an entry
 
 
 def test_index_of_terms_is_linked_and_filled():
@@ -371,3 +392,28 @@ KINDS = {
     "Algorithm", "Axiom", "Conjecture", "Criterion", "Observation", "Property", "Assumption",
     "Notation", "Proof",
 }  # fmt: skip
+
+
+# What a search finds first: the chapter named by the words searched for (_extra/shims/search.js).
+FIRST_RESULTS = """() => [...document.querySelectorAll("#search-results ul.search > li")]
+  .slice(0, 3).map((li) => ({ title: li.querySelector("a").textContent.trim(),
+                              snippet: li.querySelector("p.context")?.textContent || "" }))"""
+
+
+@pytest.mark.parametrize(
+    ("query", "chapter"),
+    [
+        ("delta rule", "The delta rule and triangular inverses"),
+        ("chunked form", "Linear attention: causal, recurrent and chunked"),
+        ("Taylor", "The exponential kernel and its Taylor expansion"),
+    ],
+)
+def test_search_ranks_the_chapter_named_first(server, offline_page, query, chapter):
+    page, problems = offline_page
+    page.goto(f"{server}/search.html?q={query}", wait_until="load")
+    page.wait_for_function("document.querySelector('#search-results .search-summary')?.textContent")
+    results = page.evaluate(FIRST_RESULTS)
+    assert results[0]["title"] == chapter, results
+    for result in results:  # a snippet of the article, not the buttons above it
+        assert not re.search(r"\bRepository\b|Open issue|\.ipynb|\.pdf", result["snippet"]), result
+    assert not problems, problems

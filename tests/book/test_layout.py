@@ -50,15 +50,10 @@ def test_figures_and_code_fit_the_column(server, desktop_page, name):
     assert not wide, f"{name}: code cells that scroll sideways, longest lines: {wide}"
 
 
-# Every inline formula typeset (ui/lazy typesets them as they scroll into view), then the ones
-# that reach past the text column: on a phone a formula there cannot be read, so one wider than
-# its paragraph must scroll on its own (_static/wide-math.js marks it math-wide, book.css).
+# The inline formulas (typeset when the book was built) that reach past the text column: on a
+# phone a formula there cannot be read, so one wider than its paragraph must scroll on its own
+# (_static/wide-math.js marks it math-wide, book.css).
 PAST_THE_EDGE = """async () => {
-  if (window.MathJax && MathJax.startup) {
-    await MathJax.startup.promise;
-    const lazy = MathJax.startup.document && MathJax.startup.document.lazyTypesetAll;
-    if (lazy) await MathJax.startup.document.lazyTypesetAll();
-  }
   await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 100)));
   const edge = document.querySelector('article').getBoundingClientRect().right;
   return [...document.querySelectorAll("article mjx-container:not([display='true'])")]

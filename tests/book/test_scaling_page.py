@@ -15,13 +15,18 @@ PAGE = "chapters/10_scaling.html"
 
 pytestmark = pytest.mark.book
 
-EXPLORERS = """() => [...document.querySelectorAll(".live-explorer")].map((root) => ({
+EXPLORERS = """async () => {
+ const images = [...document.querySelectorAll(".live-explorer img")];
+ images.forEach((img) => { img.loading = "eager"; });  // not only as they near the screen
+ await Promise.all(images.map((img) => img.decode().catch(() => null)));
+ return [...document.querySelectorAll(".live-explorer")].map((root) => ({
   title: root.querySelector("b").textContent,
   note: root.querySelector(".live-explorer-note").textContent,
   images: [...root.querySelectorAll("img")].filter((img) => img.naturalWidth > 0).length,
   rows: root.querySelectorAll("tr").length,
   controls: root.querySelectorAll("input, select, button, textarea").length,
-}))"""
+}));
+}"""
 
 
 def test_live_explorers_show_their_run_and_no_dead_control(server, offline_page):

@@ -1,0 +1,120 @@
+"""Finding one's way: the sidebars open and close with their toggles on a phone and in a wide
+window, the wide window has one search box, the indexes are a click away from every page, and a
+figure can be enlarged on a phone (_templates/layout.html, _templates/book-indexes.html,
+_static/figure-zoom.js).
+"""
+
+import pytest
+
+pytestmark = pytest.mark.book
+
+PAGE = "chapters/02_linear_attention.html"
+
+# What a reader sees of the navigation: each dialog's state, whether the sidebar of the site is
+# on the screen, and tooltips left on the screen.
+STATE = """() => {
+  const shown = (el) => {
+    if (!el || !el.checkVisibility({ visibilityProperty: true })) return false;
+    const box = el.getBoundingClientRect();
+    return box.width > 0 && box.right > 0 && box.left < window.innerWidth;
+  };
+  return {
+    siteDialog: document.getElementById("pst-primary-sidebar-modal").open,
+    pageDialog: document.getElementById("pst-secondary-sidebar-modal").open,
+    siteLinks: shown(document.querySelector(".bd-docs-nav a.reference")),
+    pageLinks: shown(document.querySelector(".bd-sidebar-secondary .toc-entry a, "
+      + "#pst-secondary-sidebar-modal .toc-entry a")),
+    tooltips: [...document.querySelectorAll(".tooltip")].filter(shown).length,
+  };
+}"""
+
+
+def visible(page, selector):
+    found = [e for e in page.query_selector_all(selector) if e.is_visible()]
+    assert len(found) == 1, f"{len(found)} visible {selector!r}"
+    return found[0]
+
+
+@pytest.fixture
+def phone(server, browser):
+    viewport = {"width": 390, "height": 844}
+    context = browser.new_context(viewport=viewport, has_touch=True, is_mobile=True)
+    page = context.new_page()
+    page.goto(f"{server}/{PAGE}", wait_until="load")
+    yield page
+    context.close()
+
+
+def test_phone_toggles_open_and_close_both_sidebars(phone):
+    assert phone.evaluate(STATE) | {"tooltips": 0} == {
+        "siteDialog": False, "pageDialog": False, "siteLinks": False, "pageLinks": False,
+        "tooltips": 0,
+    }  # fmt: skip
+    visible(phone, ".primary-toggle").tap()
+    phone.wait_for_timeout(300)
+    state = phone.evaluate(STATE)
+    assert state["siteDialog"] and state["siteLinks"], state
+    phone.mouse.click(370, 400)  # beside the sidebar: it closes
+    phone.wait_for_timeout(300)
+    state = phone.evaluate(STATE)
+    assert not state["siteDialog"] and not state["siteLinks"] and not state["tooltips"], state
+
+    visible(phone, ".secondary-toggle").tap()
+    phone.wait_for_timeout(300)
+    state = phone.evaluate(STATE)
+    assert state["pageDialog"] and state["pageLinks"], state
+    phone.keyboard.press("Escape")
+    phone.wait_for_timeout(300)
+    state = phone.evaluate(STATE)
+    assert not state["pageDialog"] and not state["pageLinks"] and not state["tooltips"], state
+
+
+def test_wide_window_toggle_hides_and_shows_the_sidebar(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/{PAGE}", wait_until="load")
+    assert page.evaluate(STATE)["siteLinks"]
+    visible(page, ".primary-toggle").click()
+    page.wait_for_timeout(400)
+    assert not page.evaluate(STATE)["siteLinks"]
+    visible(page, ".primary-toggle").click()
+    page.wait_for_timeout(400)
+    assert page.evaluate(STATE)["siteLinks"]
+    page.goto(f"{server}/intro.html", wait_until="load")
+    searches = [e for e in page.query_selector_all(".search-button__button") if e.is_visible()]
+    assert len(searches) == 1, f"{len(searches)} search boxes in a 1400 px window"
+    page.close()
+
+
+def test_indexes_are_linked_from_every_sidebar(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/{PAGE}", wait_until="load")
+    links = page.eval_on_selector_all(
+        ".book-indexes a", "(links) => links.map((a) => [a.textContent, a.href])"
+    )
+    page.close()
+    assert links == [
+        ["Definitions, theorems and proofs", f"{server}/prf-prf.html"],
+        ["Index of terms", f"{server}/genindex.html"],
+    ]
+
+
+ZOOM = """() => {
+  const dialog = document.querySelector("dialog.figure-zoom");
+  const img = dialog && dialog.querySelector("img");
+  return dialog ? { open: dialog.open, width: img.getBoundingClientRect().width,
+                    loaded: img.complete && img.naturalWidth > 0 } : null;
+}"""
+
+
+def test_a_figure_opens_at_its_drawn_size_on_a_phone(phone):
+    figure = phone.locator("article figure img").first
+    figure.scroll_into_view_if_needed()
+    drawn = float(figure.evaluate("(img) => parseFloat(img.style.width) || img.width"))
+    shown = figure.bounding_box()["width"]
+    assert shown < drawn, (shown, drawn)  # shrunk to the phone
+    figure.tap()
+    phone.wait_for_function("document.querySelector('dialog.figure-zoom img')?.complete")
+    zoom = phone.evaluate(ZOOM)
+    assert zoom["open"] and zoom["loaded"] and zoom["width"] >= drawn - 1, zoom
+    phone.tap("dialog.figure-zoom .figure-zoom-close")
+    assert not phone.evaluate(ZOOM)["open"]
