@@ -1,15 +1,22 @@
-"""The puzzles' checkers: each passes its solution and names the typical mistakes. A mistake is
-the solution with one edit (a mutant), written to a module so that Triton can read its source."""
+"""The puzzles' checkers: each passes its solution and names the typical mistakes; the references
+agree with the package; the problems tell the sizes apart. A mistake here is the solution with
+one edit (a mutant), written to a module so that Triton can read its source; the bank of other
+kernels is `tests/exercises`."""
 
 import importlib.util
 import inspect
+import itertools
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
-from linattn_core import exercises
-from linattn_core.exercises import solutions
+from linattn_core import exercises, linear_attention
+from linattn_core.exercises import references, solutions
+from linattn_core.exercises.diagnoses import RTOL, close, relative_error
+from linattn_core.exercises.layouts import evaluate, name_of, spans
+from linattn_core.exercises.puzzles import PUZZLES
 
 pytestmark = pytest.mark.interpreter
 
@@ -39,26 +46,94 @@ def test_the_solution_passes(name):
     assert verdict and verdict.message.startswith(f"✓ {name}: correct for N = ")
 
 
+def test_the_chunked_references_agree_with_the_package():
+    problem = PUZZLES["normalized_forward"].problems[1]
+    generator = torch.Generator().manual_seed(1)
+    inputs = PUZZLES["normalized_forward"].inputs(problem, generator)
+    q, k, v = (inputs[name].double() for name in "qkv")
+    for normalize in (False, True):
+        want = linear_attention(
+            q, k, v, causal=True, normalize=normalize, method="parallel", eps=problem.eps
+        )
+        got = references.normalized(q, k, v, problem, normalize=normalize)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    walk = references.states(k, v, problem)
+    for t in range(problem.chunks + 1):
+        rows = slice(0, min(t * problem.c, problem.n))
+        torch.testing.assert_close(walk[:, t], k[:, rows].mT @ v[:, rows])
+
+
+def test_the_value_gradient_reference_is_autograd():
+    puzzle = PUZZLES["value_gradient"]
+    problem = puzzle.problems[1]
+    inputs = puzzle.inputs(problem, torch.Generator().manual_seed(2))
+    q, k, do, dh = (inputs[name] for name in ("q", "k", "do", "dh"))
+    got = references.value_gradient(q, k, do, dh, problem)  # dh was rounded to float32
+    assert relative_error(got, puzzle.reference(inputs, problem)["dv"]) < 1e-6
+
+
+@pytest.mark.parametrize("name", list(PUZZLES))
+def test_the_problems_tell_the_sizes_apart(name):
+    """Ragged N in every problem; D, DV and C (or BLOCK) all different in one at least; and no
+    two of the sizes a message may name for a distance are equal, so the name is the one used."""
+    puzzle = PUZZLES[name]
+    assert all(p.n % p.c for p in puzzle.problems)
+    sizes = [puzzle.symbols(p) for p in puzzle.problems]
+    shown = [s for s in puzzle.sizes if s != "eps"]
+    assert any(len({values[s] for s in shown}) == len(shown) for values in sizes)
+    for values, layout in itertools.product(sizes, puzzle.layouts.values()):
+        for part in ("head", "unit", "row"):
+            right = layout.strides(puzzle.tile)[part]
+            named = [e for e in layout.wrong(part, puzzle.tile) if e != right]
+            numbers = [evaluate(e, values) for e in named if evaluate(e, values) is not None]
+            assert len(set(numbers)) == len(numbers), (name, part, named, numbers)
+
+
+@pytest.mark.parametrize("name", list(PUZZLES))
+def test_every_typical_mistake_differs_from_the_reference(name):
+    """A typical mistake that matched the reference on every problem could never be named."""
+    puzzle = PUZZLES[name]
+    generator = torch.Generator().manual_seed(0)
+    problems = [(p, puzzle.inputs(p, generator)) for p in puzzle.problems]
+    for mistake in puzzle.mistakes:
+        assert any(
+            not close(
+                *(f(inputs, p)[o] for f in (mistake.outputs, puzzle.reference)),
+            )
+            for p, inputs in problems
+            for o in puzzle.reference(inputs, p)
+        ), mistake.message
+
+
+def test_names_and_spans():
+    sizes = {"N": 40, "NT": 3, "C": 16, "D": 32, "DV": 128}
+    assert evaluate("N·DV", sizes) == 5120 and evaluate("BLOCK·D", sizes) is None
+    assert name_of(512, ("C·DV", "C·D"), sizes) == "C·D"
+    assert name_of(7, ("C·DV", "C·D"), sizes) is None
+    assert spans([3, 0, 1, 2, 7, 9, 10]) == "0–3, 7, 9–10"
+
+
 UNMASKED_LOAD = ("mask=inside, other=0.0)", ")")
 MISTAKES = {
     "feature_map": [
         (
-            [UNMASKED_LOAD],
-            "program 0 loads 176 elements outside the tensors, starting right after the end of x",
+            [("x + offsets, mask=inside, other=0.0)", "x + offsets)")],
+            "program 1 loads rows 21–31 of x, past N = 21 (line 12, `tl.load(x + offsets)`): "
+            "mask the load with rows < N (other=0.0)",
         ),
-        ([(", mask=inside)", ")")], "program 0 stores 176 elements outside the tensors"),
+        ([(", mask=inside)", ")")], "program 1 stores rows 21–31 of y, past N = 21 (line 14"),
         ([("tile + 1.0, tl.exp(tile)", "tile, tl.exp(tile) - 1.0")], "y is elu(x): add 1"),
         ([("tile + 1.0, tl.exp(tile)", "tl.exp(tile), tl.exp(tile)")], "y is exp(x) everywhere"),
         (
             [("tl.program_id(0) * BLOCK + ", "")],
-            "N = 40 (D = 16, DV = 16, C = 16): y: rows 16–39 (programs 1–2) are never written",
+            "N = 21 (D = 32, BLOCK = 16): every program starts x and y at row 0 (lines 12 and 14)",
         ),
     ],
     "chunk_scores": [
-        ([("scores = tl.where(causal, scores, 0.0)", "")], "the entries above the diagonal"),
-        ([("] >= tl.arange", "] > tl.arange")], "the diagonal is zero"),
+        ([("scores = tl.where(causal, scores, 0.0)", "")], "queries see keys after them"),
+        ([("] >= tl.arange", "] > tl.arange")], "the diagonal is masked out"),
         ([("tl.dot(b_q, tl.trans(b_k))", "tl.dot(b_k, tl.trans(b_q))")], "s holds k_i·q_j"),
-        ([UNMASKED_LOAD], "N = 40 (D = 16, DV = 16, C = 16): program 2 loads 128 elements"),
+        ([UNMASKED_LOAD], "N = 21 (D = 32, C = 16): program 1 loads rows 21–31 of q"),
     ],
     "intra_chunk": [
         (
@@ -70,9 +145,13 @@ MISTAKES = {
                 ("q, k = q + head * N * D, k + head * N * D", ""),
                 ("v, o = v + head", "v, o = v + 0"),
             ],
-            "every head got head 0's output",
+            "every program addresses head 0 of q, k and v (lines 15, 16 and 17): move the "
+            "pointers to the program's own head first, q + head·N·D, k + head·N·D, v + head·N·DV",
         ),
-        ([(", mask=inside)", ")")], "program (2, 1) stores 256 elements outside the tensors"),
+        (
+            [(", mask=inside)", ")")],
+            "program (1, 1) stores rows 21–31 of head 1 of o, past N = 21",
+        ),
     ],
     "chunk_states": [
         ([("state += tl.dot", "state = tl.dot")], "the state was not carried"),
@@ -88,7 +167,8 @@ MISTAKES = {
         ),
         (
             [("    tl.store(h + n_chunks * D * DV + square, state)", "")],
-            "h: the state at boundary t = 1 of every head is never written",
+            "h: the state at boundary t = 2 of every head is never written (still NaN): store "
+            "the final state, h[NT], after the loop",
         ),
     ],
     "chunked_forward": [
@@ -104,10 +184,6 @@ MISTAKES = {
         ),
         ([("state += tl.dot", "state = tl.dot")], "rows see only the previous chunk"),
         ([("tl.dot(b_q, state) + ", "")], "rows see only their own chunk"),
-        (
-            [("tl.where(causal, tl.dot(b_q, tl.trans(b_k)), 0.0)", "tl.dot(b_q, tl.trans(b_k))")],
-            "rows see keys after them within their chunk",
-        ),
     ],
     "normalized_forward": [
         (
@@ -118,6 +194,10 @@ MISTAKES = {
         (
             [("tl.sum(scores, axis=1) + eps", "tl.sum(tl.dot(b_q, tl.trans(b_k)), axis=1) + eps")],
             "the denominator counts keys after the query",
+        ),
+        (
+            [("+ tl.sum(scores, axis=1) + eps", "+ tl.sum(scores, axis=1)")],
+            "N = 72 (2 heads, D = 128, DV = 16, C = 32, eps = 0.5): the denominator has no eps",
         ),
     ],
     "value_gradient": [
@@ -139,23 +219,30 @@ def test_a_typical_mistake_is_named(mutant, name, edits, message):
     assert max(map(len, repr(verdict).splitlines())) <= 88  # wrapped for a notebook's output
 
 
-def test_a_kernel_that_fails_to_run_is_reported(mutant):
+def test_a_kernel_that_fails_to_run_is_reported_with_its_line(mutant):
     broken = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "tl.dot(b_v, scores)"))
     verdict = exercises.check_intra_chunk(broken)
-    assert not verdict and "the kernel raised" in verdict.message, verdict.message
+    assert not verdict
+    assert "the kernel raised AssertionError at line 20, `tl.dot(b_v, scores)`" in verdict.message
 
 
-def test_wrong_rows_are_listed_when_no_typical_mistake_matches(mutant):
+def test_wrong_rows_are_listed_when_nothing_explains_them(mutant):
     halved = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "0.5 * tl.dot(scores, b_v)"))
     message = exercises.check_intra_chunk(halved).message
-    assert "o: rows 0–15 (chunk 0) of every head are wrong" in message
+    assert "o: rows 0–20 (chunks 0–1) of every head are wrong (largest relative error" in message
 
 
-def test_heads_left_unwritten_are_named(mutant):
-    one_head = mutant(
-        solutions.intra_chunk,
-        ("q, k = q + head * N * D, k + head * N * D", ""),
-        ("v, o = v + head * N * DV, o + head * N * DV", ""),
+def test_a_kernel_that_is_not_interpreted_is_refused():
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        exercises.check_feature_map(solutions.feature_map.fn)
+
+
+def test_precision_is_told_from_logic(mutant):
+    """A float16 product is off by more than RTOL yet right without its rounding."""
+    rounded = mutant(
+        solutions.chunked_forward,
+        ("tl.dot(scores, b_v)", "tl.dot(scores.to(tl.float16), b_v.to(tl.float16))"),
     )
-    verdict = exercises.check_intra_chunk(one_head)
-    assert "o: nothing of head 1 was written: every program must first move" in verdict.message
+    message = exercises.check_chunked_forward(rounded).message
+    assert "o is off by " in message and RTOL < float(message.split("off by ")[1][:7])
+    assert "the kernel rounds to float16 at line 22, `scores.to(tl.float16)`" in message

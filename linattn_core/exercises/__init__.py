@@ -1,10 +1,14 @@
 """Self-checking Triton puzzles for the book's kernel chapter.
 
 Each `check_<name>(kernel)` runs a reader's `@triton.jit` kernel in Triton's interpreter on
-several problems (ragged N among them) and returns a `Verdict`: true when the kernel is right,
-and a message that says which rows, chunks or states are wrong, which typical mistake the output
-matches, or which program loaded or stored outside its tensors. The puzzles, in the chapter's
-order, and the signature and grid each kernel is launched with (as in `solutions.py`):
+three problems (N ragged in each; D, DV and C told apart) and returns a `Verdict`: true when the
+kernel is right, else a message that names the likely mistake and the line to look at: a load or
+store past N or out of its tensor, masked-off lanes without `other=` that reach the result, a
+program that touched another's rows or head (a wrong size for an offset, swapped program ids), a
+typical mistake of the puzzle (a flipped or strict mask, a state not carried, eps misplaced, …),
+float16 rounding, or else the rows, chunks or states that are wrong. Any way of loading works:
+pointers, block pointers, tensor descriptors. The puzzles, in the chapter's order, and the
+signature and grid each kernel is launched with (as in `solutions.py`):
 
     feature_map(x, y, N, D, BLOCK)                 y = elu(x) + 1, grid (⌈N/BLOCK⌉,)
     chunk_scores(q, k, s, N, D, C)                 causal q kᵀ of each chunk, grid (NT,)

@@ -1,13 +1,20 @@
 """Checkers for the Triton puzzles: run a reader's kernel in the interpreter and say what is wrong.
 
-A checker launches the kernel on several problems (ragged N among them) with float32 inputs
-and outputs filled with NaN, under `linattn_core.kernels.trace.record(bounds=...)`, so that
+A checker launches the kernel on three problems (ragged N in each, sizes that differ from each
+other) with float32 inputs and NaN-filled outputs, under
+`linattn_core.kernels.tools.trace.record`, with masked-off lanes that the kernel gave no value
+reading NaN. A kernel passes when every output is within `RTOL` of a float64 reference; the
+first problem it fails gets a diagnosis from the evidence (`diagnoses.Evidence`), tried in turn:
 
-- a load or store outside the tensors is caught (and never performed), with the program and
-  the tensor whose end it crossed;
-- an output element the kernel never wrote stays NaN and is reported by row or chunk;
-- a wrong result is compared with the typical mistakes of that puzzle (a missing mask, a state
-  that was not carried, …), and the matching one is named; otherwise the wrong rows are listed.
+1. the kernel raised: the exception and the kernel line it came from;
+2. a load or store outside the tensors: rows past N (a mask) or a wrong address (which size);
+3. NaN that came from masked-off lanes without `other=` (confirmed by a run that fills them 0);
+4. a program that touched another's rows or head, and the size or program id that put it there;
+5. a typical mistake of the puzzle (`Mistake`) whose output the kernel's matches;
+6. an offset that moves by a wrong size from program to program, or loop step to loop step;
+7. output never written (still NaN), with the likely reason;
+8. precision: the same kernel right when its roundings to 16-bit floats are skipped;
+9. otherwise, the rows, chunks or states that are wrong.
 
 The answer is a `Verdict`, true when the kernel is right, whose text says why.
 """
@@ -16,12 +23,16 @@ import dataclasses
 import math
 import textwrap
 
+import numpy as np
 import torch
 
-from linattn_core.kernels.forward import INTERPRETED
-from linattn_core.kernels.trace import record
+from linattn_core.exercises.diagnoses import RTOL, Evidence, close, raised
+from linattn_core.exercises.layouts import where
+from linattn_core.kernels.common import INTERPRETED
+from linattn_core.kernels.tools.trace import record
 
-RTOL = 1e-4  # float32 products against float64 references: far below any real mistake
+LIMIT = 2_000  # loads, stores and products a program may make: seven times what a program of
+# the busiest right kernel of tests/exercises makes (a walk token by token, 288)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,38 +51,41 @@ class Verdict:
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One problem a checker runs: heads, tokens, widths, tile height."""
+    """One problem a checker runs: heads, tokens, widths, tile height (C or BLOCK), eps."""
 
     heads: int
     n: int
     d: int
     d_v: int
     c: int
+    eps: float = 1e-6
 
     @property
     def chunks(self):
         return math.ceil(self.n / self.c)
 
-    def __str__(self):
-        heads = f"{self.heads} heads, " if self.heads > 1 else ""
-        return f"N = {self.n} ({heads}D = {self.d}, DV = {self.d_v}, C = {self.c})"
-
 
 @dataclasses.dataclass(frozen=True)
 class Mistake:
-    """A typical wrong answer: what it computes (`outputs(inputs, problem)`) and what to say."""
+    """A typical wrong answer: what it computes (`outputs(inputs, problem)`), what to say, and
+    the line to look at (`diagnoses.Evidence.line`): "mask" (where the causal mask is built),
+    "state" (the product that updates the state), "scores" (the C × C product), (op, tensor)
+    (that access), or None."""
 
     outputs: object
     message: str
+    look_at: object = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Puzzle:
-    """A puzzle's problems, inputs, launch, reference and typical mistakes.
+    """A puzzle's problems, inputs, launch, reference, typical mistakes and memory layout.
 
     inputs(problem, generator) → {name: tensor}, outputs NaN-filled; launch(kernel, inputs,
-    problem) runs the kernel; reference(inputs, problem) → {output name: float64 tensor};
-    `unit` says how the output's elements group in messages (`_where`).
+    problem) runs the kernel; reference(inputs, problem) → {output name: float64 tensor}.
+    `grid` names the program ids ("tile", "chunk", "head"), `layouts` the layout of each tensor,
+    `tile` the name of a program's or chunk's rows ("C" or "BLOCK"), `sizes` those shown in
+    messages, and `unit` how an output's elements group in messages (`layouts.where`).
     """
 
     name: str
@@ -79,8 +93,12 @@ class Puzzle:
     inputs: object
     launch: object
     reference: object
+    grid: tuple
+    layouts: dict
     mistakes: tuple = ()
-    unit: str = "chunk"  # how the output's elements group, for messages: see `_where`
+    tile: str = "C"
+    sizes: tuple = ("D", "DV", "C")
+    unit: str = "chunk"
 
     def check(self, kernel):
         """Run `kernel` on every problem; the first failure's Verdict, or a passing one."""
@@ -90,30 +108,68 @@ class Puzzle:
             inputs = self.inputs(problem, generator)
             failure = self._run(kernel, inputs, problem)
             if failure:
-                return Verdict(False, f"✗ {self.name}, {problem}: {failure}")
+                return Verdict(False, f"✗ {self.name}, {self.describe(problem)}: {failure}")
         sizes = ", ".join(str(p.n) for p in self.problems)
         return Verdict(True, f"✓ {self.name}: correct for N = {sizes}, ragged ends included")
 
+    def describe(self, problem):
+        """N = 40 (2 heads, D = 16, DV = 64, C = 32): the sizes a reader's kernel sees."""
+        values = self.symbols(problem)
+        shown = [f"{problem.heads} heads"] if problem.heads > 1 else []
+        shown += [f"{name} = {values[name]}" for name in self.sizes if name != "eps"]
+        if "eps" in self.sizes:
+            shown.append(f"eps = {problem.eps:g}")
+        return f"N = {problem.n} ({', '.join(shown)})"
+
+    def symbols(self, problem):
+        """The sizes of a problem by the names the kernel uses for them."""
+        values = {"N": problem.n, "NT": problem.chunks, "(NT + 1)": problem.chunks + 1}
+        values.update({self.tile: problem.c, "D": problem.d})
+        if "DV" in self.sizes:
+            values["DV"] = problem.d_v
+        return values
+
     def _run(self, kernel, inputs, problem):
-        try:
-            with record(bounds=inputs) as trace:
+        try:  # NaN and 0/0 are the kernel's to make: the outputs show them, NumPy need not
+            with (
+                record(bounds=inputs, undefined=math.nan, limit=LIMIT) as trace,
+                np.errstate(all="ignore"),
+            ):
                 self.launch(kernel, inputs, problem)
         except Exception as error:  # the reader's kernel failed: say how, don't crash
-            cause = error.__cause__ or error
-            return f"the kernel raised {type(cause).__name__}: {_first_line(cause)}"
+            return raised(error)
+        evidence = Evidence(self, problem, inputs, trace)
         if trace.out_of_bounds:
-            return _out_of_bounds_message(trace.out_of_bounds[0], problem)
+            return evidence.out_of_bounds(trace.out_of_bounds[0])
         expected = self.reference(inputs, problem)
-        for name, want in expected.items():
-            got = inputs[name]
-            if torch.isnan(got).any():
-                return self._unwritten_message(name, got, problem)
-            if _relative_error(got, want) > RTOL:
-                return self._wrong_message(name, inputs, problem)
-        return None
+        wrong = [name for name, want in expected.items() if not close(inputs[name], want)]
+        if not wrong:
+            return None
+
+        def rerun(**options):
+            """The outputs of the same kernel on the same inputs under other `record` options."""
+            again = {name: x.clone() for name, x in inputs.items()}
+            for name in expected:
+                again[name].fill_(math.nan)
+            with record(bounds=again, limit=LIMIT, **options), np.errstate(all="ignore"):
+                self.launch(kernel, again, problem)
+            return again
+
+        name = wrong[0]
+        return (
+            evidence.undefined(name, rerun)
+            or evidence.misplaced(tuple(expected))
+            or self._typical_message(name, inputs, problem, evidence)
+            or evidence.misaddressed()
+            or self._unwritten_message(name, inputs[name], problem)
+            or evidence.imprecise(name, expected[name], rerun)
+            or self._wrong_message(name, inputs[name], expected[name], problem)
+        )
 
     def _unwritten_message(self, name, got, problem):
         unwritten = torch.isnan(got)
+        if not unwritten.any():
+            return None
         whole_heads = unwritten.reshape(problem.heads, -1).all(dim=-1)
         if problem.heads > 1 and whole_heads[1:].all() and not unwritten[0].any():
             heads = "head 1" if problem.heads == 2 else f"heads 1–{problem.heads - 1}"
@@ -121,18 +177,42 @@ class Puzzle:
                 f"{name}: nothing of {heads} was written: every program must first move its "
                 "pointers to its own head (heads are stacked, N rows each)"
             )
-        where = _where(unwritten, problem, self.unit)
-        return f"{name}: {where} never written (still NaN): is every tile stored?"
+        rows = where(unwritten, problem, self.unit)
+        reason = self._unwritten_reason(unwritten, problem)
+        return f"{name}: {rows} never written (still NaN): {reason}"
 
-    def _wrong_message(self, name, inputs, problem):
+    def _unwritten_reason(self, unwritten, problem):
+        """What leaves exactly these elements unwritten, when the pattern tells."""
+        walk = (
+            "the walk leaves out the last, ragged chunk: loop over tl.cdiv(N, C) chunks "
+            "(N // C rounds down)"
+        )
+        ragged = problem.n % problem.c != 0
+        if self.unit == "state":
+            missing = unwritten.reshape(problem.heads, problem.chunks + 1, -1).any(dim=-1)
+            boundaries = set(missing.any(dim=0).nonzero().flatten().tolist())
+            if boundaries == {problem.chunks}:
+                return "store the final state, h[NT], after the loop"
+            if ragged and boundaries == {problem.chunks - 1}:
+                return walk
+        elif self.grid == ("head",) and ragged:
+            rows = unwritten.reshape(problem.heads, problem.n, -1).any(dim=-1).any(dim=0)
+            if rows.nonzero().min() >= (problem.chunks - 1) * problem.c:
+                return walk
+        return "is every tile stored?"
+
+    def _typical_message(self, name, inputs, problem, evidence):
         for mistake in self.mistakes:
             wrong = mistake.outputs(inputs, problem)[name]
-            if _relative_error(inputs[name], wrong) <= RTOL:
-                return mistake.message
-        expected = self.reference(inputs, problem)[name]
-        errors = _vector_errors(inputs[name], expected)
-        where = _where(errors > RTOL, problem, self.unit)
-        return f"{name}: {where} wrong (largest relative error {errors.max():.2g})"
+            if close(inputs[name], wrong):
+                site = evidence.line(mistake.look_at)
+                return mistake.message + (f"; look at {site}" if site else "")
+        return None
+
+    def _wrong_message(self, name, got, want, problem):
+        errors = _vector_errors(got, want)
+        rows = where(errors > RTOL, problem, self.unit)
+        return f"{name}: {rows} wrong (largest relative error {errors.max():.2g})"
 
 
 def _require_interpreter(kernel, name):
@@ -146,90 +226,9 @@ def _require_interpreter(kernel, name):
         )
 
 
-def _first_line(error):
-    text = str(error).strip().splitlines()
-    return text[0] if text else "(no message)"
-
-
-def _relative_error(got, want):
-    """‖got − want‖ / ‖want‖ in float64 (0 when both are zero)."""
-    got, want = got.double(), want.double()
-    scale = want.norm()
-    return float((got - want).norm() / scale) if scale > 0 else float(got.norm())
-
-
 def _vector_errors(got, want):
     """The error of each vector along the last dimension, relative to the reference's root mean
     square vector norm; shaped like the outputs without their last dimension."""
     got, want = got.double(), want.double()
     scale = want.norm() / math.sqrt(want.numel() / want.shape[-1]) + 1e-300
     return (got - want).norm(dim=-1) / scale
-
-
-# How an output's elements group into what a reader thinks about, for messages:
-#   "tile"   (N, D) rows, BLOCK (= problem.c) a program;   "chunk" (BH, N, ·) rows in chunks;
-#   "score"  (NT, C, C) one C × C block per chunk;          "state" (BH, NT + 1, D, DV) boundaries.
-def _where(bad, problem, unit):
-    """Which rows, chunks or states of an output a bool tensor shaped like it marks, as the
-    subject of a sentence: "rows 16–31 (chunk 1) of every head are"."""
-    if unit == "score":
-        marked = bad.reshape(1, problem.chunks, -1).any(dim=-1)
-        return _phrase(marked, "the score block of chunk", "the score blocks of chunks")
-    if unit == "state":
-        marked = bad.reshape(problem.heads, problem.chunks + 1, -1).any(dim=-1)
-        return _phrase(marked, "the state at boundary t =", "the states at boundaries t =")
-    marked = bad.reshape(problem.heads, problem.n, -1).any(dim=-1)
-    group = "program" if unit == "tile" else "chunk"
-    return _phrase(marked, "row", "rows", (group, problem.c))
-
-
-def _phrase(marked, one, many, group=None):
-    """`marked` (heads, items) in words, items grouped (e.g. rows into chunks) when `group` is
-    (noun, items per group)."""
-    heads = [row.nonzero().flatten().tolist() for row in marked]
-
-    def items(indices):
-        text = _list(indices)
-        if group:
-            noun, size = group
-            groups = sorted({i // size for i in indices})
-            text += f" ({noun}{'s' if len(groups) > 1 else ''} {_list(groups)})"
-        return text
-
-    if all(h == heads[0] for h in heads):
-        plural = len(heads[0]) > 1
-        every = " of every head" if len(heads) > 1 else ""
-        return f"{many if plural else one} {items(heads[0])}{every} {'are' if plural else 'is'}"
-    parts = "; ".join(f"{items(h)} of head {b}" for b, h in enumerate(heads) if h)
-    return f"{many} {parts} are"
-
-
-def _list(indices):
-    """0–15, 32, 40–47 (ranges of consecutive integers; at most five)."""
-    spans = []
-    for i in indices:
-        if spans and i == spans[-1][1] + 1:
-            spans[-1][1] = i
-        else:
-            spans.append([i, i])
-    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans[:5])
-    return text + (", …" if len(spans) > 5 else "")
-
-
-def _out_of_bounds_message(event, problem):
-    if event.elements_past == 0:
-        where = f"right after the end of {event.nearest}"
-    elif event.elements_past > 0:
-        where = f"{event.elements_past} elements after the end of {event.nearest}"
-    else:
-        where = f"{-event.elements_past} elements before the start of {event.nearest}"
-    program = event.program[0] if len(event.program) == 1 else event.program
-    fix = (
-        "mask the load with rows < N (other=0.0)"
-        if event.op == "load"
-        else "mask the store with rows < N"
-    )
-    return (
-        f"program {program} {event.op}s {event.count} elements outside the tensors, "
-        f"starting {where}: {fix}"
-    )

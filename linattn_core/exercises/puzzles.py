@@ -1,21 +1,30 @@
-"""The seven Triton puzzles of the kernel chapter: inputs, launch, reference and typical mistakes.
+"""The seven Triton puzzles of the kernel chapter: problems, inputs, launch, reference, mistakes.
 
-Each puzzle's kernel signature and grid are those of its solution in `solutions.py`. References
-are computed in float64 from the definitions (the causal scores, the chunk states, the package's
-`linear_attention`); a mistake is what a kernel with that one error computes, so a checker can
-name the error when a kernel's output matches it.
+Each puzzle's kernel signature and grid are those of its solution in `solutions.py`. The
+problems are ragged (N not a multiple of the tile) and, in each puzzle, tell the sizes apart
+(D ≠ DV ≠ C, D ≠ BLOCK), so that a kernel that confuses two of them fails; the normalized
+forward has a problem whose eps is large enough to see. References are computed in float64
+(`references.py`, the package's `linear_attention`); a mistake is what a kernel with that one
+error computes, so a checker can name the error when a kernel's output matches it.
 """
 
 import math
 
 import torch
-import torch.nn.functional as F
 
 from linattn_core.attention import linear_attention
+from linattn_core.exercises import references as ref
 from linattn_core.exercises.checks import Mistake, Problem, Puzzle
+from linattn_core.exercises.layouts import Layout
 
-EPS = 1e-6
-RAGGED = (16, 40, 64)  # one chunk, a ragged 2.5 chunks, four whole chunks (C = 16)
+ROWS, VALUE_ROWS = Layout("rows", "D"), Layout("rows", "DV")
+# (heads, N, D, DV, C): NT = 2, 3, 2; BH ≠ NT in the last two. D, DV and C are 2^4, 2^5 and
+# 2^7 in some order, so that no two of the products that a kernel can confuse (C·D, D·D, …) are
+# equal and a message can name the one it used.
+SIZES = ((2, 21, 32, 128, 16), (2, 72, 128, 16, 32), (3, 45, 16, 128, 32))
+PROBLEMS = tuple(Problem(*sizes) for sizes in SIZES)
+ONE_HEAD = tuple(Problem(1, n, d, d, c) for _, n, d, _, c in SIZES)  # D ≠ BLOCK, D ≠ C
+LARGE_EPS = 0.5  # beside row sums of D/4 a key (positive features): o moves by up to 1.5 %
 
 
 def _poisoned(*shape):
@@ -31,33 +40,27 @@ def _heads(problem, generator, *, positive=False):
     return {"q": q, "k": k, "v": v, "o": _poisoned(b, n, problem.d_v)}
 
 
-def _chunked(x, problem):
-    """(…, N, ·) float64 → (…, NT, C, ·), the ragged end padded with zero rows."""
-    padded = F.pad(x.double(), (0, 0, 0, problem.chunks * problem.c - problem.n))
-    return padded.unflatten(-2, (problem.chunks, problem.c))
-
-
-def _unchunked(x, problem):
-    return x.flatten(-3, -2)[..., : problem.n, :]
-
-
-def _causal_scores(q, k, problem, *, diagonal=0, transposed=False):
-    """(…, NT, C, C) masked scores q_i·k_j of every chunk (k_i·q_j when `transposed`)."""
-    q, k = _chunked(q, problem), _chunked(k, problem)
-    scores = (k @ q.mT) if transposed else (q @ k.mT)
-    return scores.tril(diagonal)
-
-
-def _states(k, v, problem, *, carried=True, inclusive=False):
-    """(BH, NT + 1, D, DV): Σ_{j < tC} k_jᵀ v_j at every boundary t, or the typical wrong walks."""
-    per_chunk = _chunked(k, problem).mT @ _chunked(v, problem)  # (BH, NT, D, DV)
-    zero = torch.zeros_like(per_chunk[:, :1])
-    if not carried:  # the state overwritten by each chunk: h[t + 1] = k_tᵀ v_t
-        return torch.cat([zero, per_chunk], dim=1)
-    states = torch.cat([zero, per_chunk.cumsum(dim=1)], dim=1)
-    if inclusive:  # stored after the update: h[t] = S_{t+1}, and the last one stored twice
-        return torch.cat([states[:, 1:], states[:, -1:]], dim=1)
-    return states
+def _mask_mistakes(outputs, subject, fix):
+    """The three wrong causal masks: `outputs(mask)` computes the output with one."""
+    return (
+        Mistake(
+            outputs("none"),
+            f"{subject} see keys after them within their chunk: mask the scores, keeping j ≤ i "
+            f"({fix})",
+            "scores",
+        ),
+        Mistake(
+            outputs("strict"),
+            "the diagonal is masked out: query i sees its own key too, so keep j ≤ i (>=, not >)",
+            "mask",
+        ),
+        Mistake(
+            outputs("flipped"),
+            "the causal mask is flipped: it keeps the keys after each query (j ≥ i); keep the "
+            "row index ≥ the column index",
+            "mask",
+        ),
+    )
 
 
 # --- 1. feature_map: a tile of rows, a mask for the ragged end ---------------------------------
@@ -74,23 +77,48 @@ def _feature_map_launch(kernel, inputs, problem):
     )
 
 
+def _elementwise(function):
+    return lambda inputs, problem: {"y": function(inputs["x"].double())}
+
+
 FEATURE_MAP = Puzzle(
     "feature_map",
-    problems=tuple(Problem(1, n, 16, 16, 16) for n in (5, 40, 64)),
+    problems=ONE_HEAD,
     inputs=_feature_map_inputs,
     launch=_feature_map_launch,
-    reference=lambda inputs, problem: {"y": F.elu(inputs["x"].double()) + 1},
+    reference=_elementwise(lambda x: torch.nn.functional.elu(x) + 1),
+    grid=("tile",),
+    layouts={"x": ROWS, "y": ROWS},
     mistakes=(
         Mistake(
-            lambda inputs, problem: {"y": F.elu(inputs["x"].double())},
+            _elementwise(torch.nn.functional.elu),
             "y is elu(x): add 1, so that φ(x) = elu(x) + 1 is positive",
         ),
         Mistake(
-            lambda inputs, problem: {"y": inputs["x"].double().exp()},
+            _elementwise(torch.exp),
             "y is exp(x) everywhere: elu(x) + 1 is x + 1 where x > 0 and exp(x) elsewhere "
             "(tl.where(x > 0, x + 1, tl.exp(x)))",
         ),
+        Mistake(
+            _elementwise(lambda x: x + 1),
+            "y is x + 1 everywhere: where x ≤ 0, elu(x) + 1 is exp(x) (tl.where(x > 0, x + 1, "
+            "tl.exp(x)))",
+        ),
+        Mistake(
+            _elementwise(lambda x: torch.where(x > 0, x, x.exp())),
+            "y is x where x > 0: elu(x) + 1 is x + 1 there",
+        ),
+        Mistake(
+            _elementwise(lambda x: torch.where(x > 0, x.exp(), x + 1)),
+            "the two branches are swapped: x + 1 where x > 0, exp(x) elsewhere",
+        ),
+        Mistake(
+            _elementwise(lambda x: x.clamp(min=0) + 1),
+            "y is max(x, 0) + 1: where x ≤ 0, elu(x) + 1 is exp(x), not 1",
+        ),
     ),
+    tile="BLOCK",
+    sizes=("D", "BLOCK"),
     unit="tile",
 )
 
@@ -107,33 +135,29 @@ def _chunk_scores_launch(kernel, inputs, problem):
     )
 
 
-def _scores(**options):
+def _scores(mask="causal", transposed=False):
     return lambda inputs, problem: {
-        "s": _causal_scores(inputs["q"], inputs["k"], problem, **options)
+        "s": ref.scores(inputs["q"], inputs["k"], problem, mask, transposed)
     }
 
 
 CHUNK_SCORES = Puzzle(
     "chunk_scores",
-    problems=tuple(Problem(1, n, 16, 16, 16) for n in RAGGED),
+    problems=ONE_HEAD,
     inputs=_chunk_scores_inputs,
     launch=_chunk_scores_launch,
     reference=_scores(),
+    grid=("chunk",),
+    layouts={"q": ROWS, "k": ROWS, "s": Layout("blocks")},
     mistakes=(
-        Mistake(
-            _scores(diagonal=16),
-            "the entries above the diagonal are not zero: key j > i comes after query i; "
-            "keep s[i, j] for j ≤ i only (tl.where(i >= j, s, 0.0))",
-        ),
-        Mistake(
-            _scores(diagonal=-1),
-            "the diagonal is zero: query i sees its own key too (j ≤ i, not j < i)",
-        ),
+        *_mask_mistakes(_scores, "queries", "tl.where(i >= j, s, 0.0)"),
         Mistake(
             _scores(transposed=True),
             "s holds k_i·q_j: rows are queries, s = q kᵀ (tl.dot(q, tl.trans(k)))",
+            "scores",
         ),
     ),
+    sizes=("D", "C"),
     unit="score",
 )
 
@@ -141,28 +165,20 @@ CHUNK_SCORES = Puzzle(
 # --- 3. intra_chunk: the chunk's own part of the output, every head -----------------------------
 def _intra_chunk_launch(kernel, inputs, problem):
     kernel[(problem.chunks, problem.heads)](
-        inputs["q"],
-        inputs["k"],
-        inputs["v"],
-        inputs["o"],
-        problem.n,
-        problem.d,
-        problem.d_v,
-        problem.c,
-    )
+        inputs["q"], inputs["k"], inputs["v"], inputs["o"],
+        problem.n, problem.d, problem.d_v, problem.c,
+    )  # fmt: skip
 
 
-def _intra(masked=True, head_zero=False):
+def _intra(mask="causal"):
     def outputs(inputs, problem):
-        scores = _chunked(inputs["q"], problem) @ _chunked(inputs["k"], problem).mT
-        scores = scores.tril() if masked else scores
-        o = _unchunked(scores @ _chunked(inputs["v"], problem), problem)
-        return {"o": o[:1].expand_as(o) if head_zero else o}
+        o = ref.scores(inputs["q"], inputs["k"], problem, mask) @ ref.chunked(inputs["v"], problem)
+        return {"o": ref.unchunked(o, problem)}
 
     return outputs
 
 
-PROBLEMS = tuple(Problem(2, n, 16, 32, 16) for n in RAGGED)
+HEADS = {"q": ROWS, "k": ROWS, "v": VALUE_ROWS, "o": VALUE_ROWS}
 
 INTRA_CHUNK = Puzzle(
     "intra_chunk",
@@ -170,17 +186,9 @@ INTRA_CHUNK = Puzzle(
     inputs=_heads,
     launch=_intra_chunk_launch,
     reference=_intra(),
-    mistakes=(
-        Mistake(
-            _intra(masked=False),
-            "rows see keys after them within their chunk: mask the scores (j ≤ i) before ·V",
-        ),
-        Mistake(
-            _intra(head_zero=True),
-            "every head got head 0's output: move the pointers to this head first, "
-            "q + program_id(1) · N · D (and N · DV for v and o)",
-        ),
-    ),
+    grid=("chunk", "head"),
+    layouts=HEADS,
+    mistakes=_mask_mistakes(_intra, "rows", "tl.where(i >= j, s, 0.0) before · V"),
 )
 
 
@@ -198,8 +206,8 @@ def _chunk_states_launch(kernel, inputs, problem):
     )
 
 
-def _walk(**options):
-    return lambda inputs, problem: {"h": _states(inputs["k"], inputs["v"], problem, **options)}
+def _walk(walk="carried"):
+    return lambda inputs, problem: {"h": ref.states(inputs["k"], inputs["v"], problem, walk)}
 
 
 CHUNK_STATES = Puzzle(
@@ -208,15 +216,19 @@ CHUNK_STATES = Puzzle(
     inputs=_chunk_states_inputs,
     launch=_chunk_states_launch,
     reference=_walk(),
+    grid=("head",),
+    layouts={"k": ROWS, "v": VALUE_ROWS, "h": Layout("states")},
     mistakes=(
         Mistake(
-            _walk(carried=False),
+            _walk("alone"),
             "the state was not carried: h[t + 1] holds chunk t alone; add each chunk to the "
             "running state (state += …) instead of replacing it",
+            "state",
         ),
         Mistake(
-            _walk(inclusive=True),
+            _walk("inclusive"),
             "h[t] already includes chunk t: store the state before adding the chunk's kᵀv",
+            ("store", "h"),
         ),
     ),
     unit="state",
@@ -231,20 +243,11 @@ def _forward_launch(kernel, inputs, problem, *extra):
     )  # fmt: skip
 
 
-def _numerator(states="before", intra=0):
-    """o = q S + (masked) intra-chunk part, with S the state of `states`: "before" the chunk
-    (right), "after" it, "previous" (chunk t − 1 alone), or "none"."""
-
+def _forward(queries_as_keys=False, **options):
     def outputs(inputs, problem):
         q, k, v = (inputs[name] for name in "qkv")
-        walk = _states(k, v, problem, carried=states != "previous")
-        walk = walk[:, 1:] if states == "after" else walk[:, :-1]
-        if states == "none":
-            walk = torch.zeros_like(walk)
-        scores = _chunked(q, problem) @ _chunked(k, problem).mT
-        scores = scores.tril() if intra == 0 else scores
-        o = _chunked(q, problem) @ walk + scores @ _chunked(v, problem)
-        return {"o": _unchunked(o, problem)}
+        keys = q if queries_as_keys else None
+        return {"o": ref.unchunked(ref.numerator(q, k, v, problem, keys=keys, **options), problem)}
 
     return outputs
 
@@ -252,11 +255,34 @@ def _numerator(states="before", intra=0):
 def _linear_attention(normalize):
     def outputs(inputs, problem):
         q, k, v = (inputs[name].double() for name in "qkv")
-        o = linear_attention(q, k, v, causal=True, normalize=normalize, method="parallel", eps=EPS)
+        o = linear_attention(
+            q, k, v, causal=True, normalize=normalize, method="parallel", eps=problem.eps
+        )
         return {"o": o}
 
     return outputs
 
+
+STATE_MISTAKES = (  # (state, message, the line to look at)
+    (
+        "after",
+        "rows see every key of their chunk, later ones included: read the state before "
+        "adding the chunk to it",
+        "state",
+    ),
+    (
+        "previous",
+        "rows see only the previous chunk, not all earlier ones: accumulate the state "
+        "(state += …) instead of overwriting it",
+        "state",
+    ),
+    (
+        "none",
+        "rows see only their own chunk: carry the state of the earlier chunks "
+        "(state += kᵀv after each chunk) and add q · state",
+        None,
+    ),
+)
 
 CHUNKED_FORWARD = Puzzle(
     "chunked_forward",
@@ -264,66 +290,84 @@ CHUNKED_FORWARD = Puzzle(
     inputs=_heads,
     launch=_forward_launch,
     reference=_linear_attention(normalize=False),
+    grid=("head",),
+    layouts=HEADS,
     mistakes=(
+        *(Mistake(_forward(state=state), *told) for state, *told in STATE_MISTAKES),
+        *_mask_mistakes(lambda mask: _forward(mask=mask), "rows", "tl.where(i >= j, s, 0.0)"),
         Mistake(
-            _numerator(states="after"),
-            "rows see every key of their chunk, later ones included: read the state before "
-            "adding the chunk to it",
-        ),
-        Mistake(
-            _numerator(states="previous"),
-            "rows see only the previous chunk, not all earlier ones: accumulate the state "
-            "(state += …) instead of overwriting it",
-        ),
-        Mistake(
-            _numerator(states="none"),
-            "rows see only their own chunk: carry the state of the earlier chunks "
-            "(state += kᵀv after each chunk) and add q · state",
-        ),
-        Mistake(
-            _numerator(intra=1),
-            "rows see keys after them within their chunk: mask the scores (j ≤ i)",
+            _forward(queries_as_keys=True),
+            "the state sums q_jᵀ v_j: it sums the keys, state += tl.dot(tl.trans(k), v)",
+            "state",
         ),
     ),
 )
 
 
 # --- 6. normalized_forward: the normalizer carried beside the state -----------------------------
-def _denominator(key_sum=True, masked=True):
-    def outputs(inputs, problem):
-        q, k = inputs["q"].double(), inputs["k"].double()
-        scores = _chunked(q, problem) @ _chunked(k, problem).mT
-        row_sums = (scores.tril() if masked else scores).sum(dim=-1, keepdim=True)
-        if key_sum:
-            z = _chunked(k, problem).sum(dim=-2).cumsum(dim=1) - _chunked(k, problem).sum(dim=-2)
-            row_sums = row_sums + _chunked(q, problem) @ z.unsqueeze(-1)
-        numerator = _chunked(_numerator()(inputs, problem)["o"], problem)
-        return {"o": _unchunked(numerator / (row_sums + EPS), problem)}
-
-    return outputs
+def _normalized(**options):
+    return lambda inputs, problem: {
+        "o": ref.normalized(*(inputs[name] for name in "qkv"), problem, **options)
+    }
 
 
 NORMALIZED_FORWARD = Puzzle(
     "normalized_forward",
-    problems=PROBLEMS,
+    problems=(PROBLEMS[0], Problem(*SIZES[1], eps=LARGE_EPS), PROBLEMS[2]),
     inputs=lambda problem, generator: _heads(problem, generator, positive=True),
-    launch=lambda kernel, inputs, problem: _forward_launch(kernel, inputs, problem, EPS),
+    launch=lambda kernel, inputs, problem: _forward_launch(kernel, inputs, problem, problem.eps),
     reference=_linear_attention(normalize=True),
+    grid=("head",),
+    layouts=HEADS,
     mistakes=(
         Mistake(
-            _linear_attention(normalize=False),
+            _normalized(normalize=False),
             "o is the numerator only: divide row i by q_i·z + Σ_{j ≤ i in the chunk} q_i·k_j + eps",
+            ("store", "o"),
         ),
         Mistake(
-            _denominator(key_sum=False),
+            _normalized(key_sum="none"),
             "the denominator misses the keys of earlier chunks: carry z = Σ k_j across chunks, "
             "as the state is carried, and add q_i·z",
         ),
         Mistake(
-            _denominator(masked=False),
+            _normalized(key_sum="previous"),
+            "the denominator's key sum holds the previous chunk's keys only: accumulate z "
+            "(z += …) instead of overwriting it",
+        ),
+        Mistake(
+            _normalized(key_sum="after"),
+            "the denominator counts the chunk's own keys twice: add them to z after the "
+            "chunk's output, as the state",
+        ),
+        Mistake(
+            _normalized(denominator_mask="none"),
             "the denominator counts keys after the query in its chunk: sum the masked scores",
         ),
+        Mistake(
+            _normalized(axis=-2),
+            "the denominator sums the scores' columns: row i's sum runs over its keys, "
+            "tl.sum(s, axis=1)",
+        ),
+        Mistake(
+            _normalized(eps="none"),
+            "the denominator has no eps: add it, q_i·z + Σ q_i·k_j + eps",
+        ),
+        Mistake(
+            _normalized(eps="after"),
+            "eps is added to the quotient: it belongs in the denominator, numerator / (… + eps)",
+        ),
+        *(Mistake(_normalized(state=state), *told) for state, *told in STATE_MISTAKES),
+        *_mask_mistakes(
+            lambda mask: _normalized(mask=mask), "rows", "tl.where(i >= j, s, 0.0), then sum"
+        ),
+        *_mask_mistakes(  # in the numerator alone (a kernel whose denominator uses no scores)
+            lambda mask: _normalized(mask=mask, denominator_mask="causal"),
+            "rows",
+            "tl.where(i >= j, s, 0.0) before · V",
+        ),
     ),
+    sizes=("D", "DV", "C", "eps"),
 )
 
 
@@ -331,7 +375,7 @@ NORMALIZED_FORWARD = Puzzle(
 def _value_gradient_inputs(problem, generator):
     inputs = _heads(problem, generator)
     do = torch.randn(problem.heads, problem.n, problem.d_v, generator=generator)
-    per_chunk = _chunked(inputs["q"], problem).mT @ _chunked(do, problem)  # (BH, NT, D, DV)
+    per_chunk = ref.chunked(inputs["q"], problem).mT @ ref.chunked(do, problem)  # (BH, NT, D, DV)
     later = per_chunk.flip(1).cumsum(dim=1).flip(1)  # Σ over the chunks ≥ t
     dh = torch.cat([later, torch.zeros_like(later[:, :1])], dim=1).float()
     return {"q": inputs["q"], "k": inputs["k"], "do": do, "dh": dh, "dv": inputs["o"]}
@@ -344,19 +388,11 @@ def _value_gradient_launch(kernel, inputs, problem):
     )  # fmt: skip
 
 
-def _value_gradient(state=1, lower=False):
-    """dv of chunk t from dh[t + state] (state=None: no state term), the transposed scores masked
-    for queries at or after the key (or, wrongly, before it: `lower`)."""
-
+def _value_gradient(queries_as_keys=False, **options):
     def outputs(inputs, problem):
-        k, do = _chunked(inputs["k"], problem), _chunked(inputs["do"], problem)
-        scores_t = k @ _chunked(inputs["q"], problem).mT  # [j, i]
-        scores_t = scores_t.tril() if lower else scores_t.triu()
-        dv = scores_t @ do
-        if state is not None:
-            dh = inputs["dh"].double()
-            dv = dv + k @ dh[:, state : state + problem.chunks]
-        return {"dv": _unchunked(dv, problem)}
+        q, k, do, dh = (inputs[name] for name in ("q", "k", "do", "dh"))
+        keys = q if queries_as_keys else None
+        return {"dv": ref.value_gradient(q, k, do, dh, problem, keys=keys, **options)}
 
     return outputs
 
@@ -375,20 +411,40 @@ VALUE_GRADIENT = Puzzle(
     inputs=_value_gradient_inputs,
     launch=_value_gradient_launch,
     reference=_value_gradient_reference,
+    grid=("chunk", "head"),
+    layouts={"q": ROWS, "k": ROWS, "do": VALUE_ROWS, "dv": VALUE_ROWS, "dh": Layout("states")},
     mistakes=(
         Mistake(
-            _value_gradient(lower=True),
+            _value_gradient(mask="flipped"),
             "key j collects gradients from queries before it: in the backward pass key j "
-            "receives from the queries i ≥ j that saw it (mask the transposed scores with j ≤ i)",
+            "receives from the queries i ≥ j that saw it (keep [j, i] with j ≤ i)",
+            "mask",
+        ),
+        Mistake(
+            _value_gradient(mask="strict"),
+            "key j misses the gradient of its own query: the queries i ≥ j saw it, i = j "
+            "included (keep [j, i] with j ≤ i, not j < i)",
+            "mask",
+        ),
+        Mistake(
+            _value_gradient(mask="none"),
+            "key j collects gradients from every query of its chunk: only the queries i ≥ j "
+            "saw it (keep [j, i] with j ≤ i)",
+            "scores",
         ),
         Mistake(
             _value_gradient(state=0),
             "the state term uses dh[t], which counts this chunk's queries a second time: use "
             "dh[t + 1], the queries after the chunk",
+            ("load", "dh"),
         ),
         Mistake(
             _value_gradient(state=None),
             "rows miss the gradient from later chunks: add k_j · dh[t + 1]",
+        ),
+        Mistake(
+            _value_gradient(queries_as_keys=True),
+            "the state term multiplies q_j: key j's row of dv gets k_j · dh[t + 1]",
         ),
     ),
 )

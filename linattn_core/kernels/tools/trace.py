@@ -41,7 +41,16 @@ from triton.runtime import interpreter
 
 from linattn_core.kernels.common import INTERPRETED
 
-__all__ = ["Access", "OutOfBounds", "Rounding", "Site", "Trace", "kernel_site", "record"]
+__all__ = [
+    "Access",
+    "OutOfBounds",
+    "Rounding",
+    "Runaway",
+    "Site",
+    "Trace",
+    "kernel_site",
+    "record",
+]
 
 # Frames in these directories belong to the interpreter (or NumPy), not to the kernel it runs.
 _MACHINERY = (os.path.dirname(triton.__file__), os.path.dirname(np.__file__), __file__)
@@ -207,13 +216,15 @@ def _extent(tensor):
 
 
 @contextlib.contextmanager
-def record(bounds=None, *, undefined=None, exact=False):
+def record(bounds=None, *, undefined=None, exact=False, limit=None):
     """Record what interpreted kernels do inside the block; yields the `Trace`.
 
     bounds: optional {name: tensor}, the memory the kernels may touch. Accesses outside it are
     recorded in `Trace.out_of_bounds` and masked off (a load gets the `other` value).
     undefined: optional float that masked-off lanes of a load without a value of its own read.
     exact: casts to a narrower float keep the value (they are still listed in `roundings`).
+    limit: optional number of loads, stores and products after which a program is stopped with
+    `Runaway` (a loop that never ends would otherwise fill the memory with its trace).
     """
     if not INTERPRETED:
         raise RuntimeError(
@@ -233,6 +244,17 @@ def record(bounds=None, *, undefined=None, exact=False):
             return run(self, *args, **kwargs)
         finally:
             running.pop()
+
+    events = [None, 0]  # the program running, and the loads, stores and products it made
+
+    def count(builder_self):
+        """Stop a program that makes more than `limit` loads, stores and products."""
+        program = (running[-1], tuple(builder_self.grid_idx))
+        events[:] = [program, events[1] + 1 if events[0] == program else 1]
+        if limit is not None and events[1] > limit:
+            raise Runaway(
+                f"more than {limit:,} loads, stores and products in one program without finishing"
+            )
 
     def where(builder_self):
         """(program, site) of the kernel line that is calling into the interpreter."""
@@ -267,6 +289,7 @@ def record(bounds=None, *, undefined=None, exact=False):
                     )
                 )  # fmt: skip
                 allowed &= ~outside
+        count(builder_self)
         trace.accesses.append(
             Access(running[-1], program, op, tile, allowed, itemsize, site, via, undefined_lanes)
         )
@@ -292,6 +315,7 @@ def record(bounds=None, *, undefined=None, exact=False):
     def traced_dot(self, a, b, *args, **kwargs):
         (m, k), n = a.data.shape[-2:], b.data.shape[-1]
         name = running[-1]
+        count(self)
         trace.dot_flops[name] = trace.dot_flops.get(name, 0) + 2 * m * n * k
         trace.products.setdefault(where(self)[1], (m, n))
         return dot(self, a, b, *args, **kwargs)
@@ -344,6 +368,10 @@ def record(bounds=None, *, undefined=None, exact=False):
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
+
+
+class Runaway(RuntimeError):
+    """A program made more loads, stores and products than `record(limit=...)` allows."""
 
 
 def _lanes(mask):
