@@ -14,7 +14,8 @@ Once Sphinx has written the book (`build-finished`), every page is finished here
   theme's admonition titles is cut to the characters the theme's stylesheet uses.
 - **Images embedded as data (`data:image/png;base64,…`) become files** under `_images/inline/`:
   the frames of an interactive figure (`linattn_core.explorable`) load when a reader picks
-  them, not with the page. Every image of a page is loaded lazily, as it nears the screen.
+  them, not with the page. Every image of a page is loaded lazily, as it nears the screen, its
+  size given by width and height attributes that keep its aspect ratio when it shrinks.
 """
 
 import base64
@@ -89,7 +90,7 @@ def finish_pages(app, exception):
         text = icons.inline(text)
         inline = outdir / "_images" / "inline"
         text = embedded_images_to_files(text, inline, f"{depth}_images/inline")
-        text = lazy_images(text)
+        text = lazy_images(sized_images(text))
         path.write_text(text, encoding="utf-8")
     subset_icon_font(outdir)
 
@@ -278,6 +279,17 @@ def embedded_images_to_files(page, folder, url):
         return f"{url}/{name}"
 
     return DATA_PNG.sub(to_file, page)
+
+
+STYLE_SIZE = re.compile(r'style="width: (\d+)px; height: (\d+)px;"')
+
+
+def sized_images(page):
+    """myst-nb sizes a figure's image by a style of fixed width and height: shrunk to the
+    column, the image kept its height and was squashed. The size becomes width and height
+    attributes, which keep the aspect ratio (book.css lets the height follow the width) and
+    reserve the image's space before it loads."""
+    return STYLE_SIZE.sub(r'width="\1" height="\2"', page)
 
 
 IMG = re.compile(r"<img\b(?![^>]*\bloading=)")

@@ -8,10 +8,9 @@
   "use strict";
   const FIGURES = "article .cell_output img, article figure img, article .explorable-frame img";
 
-  // The size the figure was drawn for: its width attribute or style (the PNG has twice as many
-  // pixels, for sharp screens).
-  const drawnWidth = (img) =>
-    Number(img.getAttribute("width")) || parseFloat(img.style.width) || img.naturalWidth / 2;
+  // The size the figure was drawn for: its width attribute (the PNG has twice as many pixels,
+  // for sharp screens).
+  const drawnWidth = (img) => Number(img.getAttribute("width")) || img.naturalWidth / 2;
   const shrunk = (img) => img.getBoundingClientRect().width < drawnWidth(img) - 1;
 
   let dialog = null;
@@ -39,7 +38,10 @@
 
   document.addEventListener("click", (event) => {
     const img = event.target.closest && event.target.closest(FIGURES);
-    if (img && shrunk(img)) open(img);
+    if (img && shrunk(img)) {
+      event.preventDefault(); // not the link to the image file that Sphinx wraps it in
+      open(img);
+    }
   });
   // Say so where it applies: the figures shown smaller than they were drawn.
   function mark() {

@@ -12,8 +12,9 @@ A control is `(widget, stops)`: the ipywidgets control of the live version and t
 static version offers (None: all options of a dropdown, toggle or selection slider, or every
 value of an integer slider). Figures are PNGs at twice the displayed resolution, in 64 colours,
 and their smallest text must be at least `plotting.MIN_EXPLORABLE_TEXT_PX` as displayed.
-`measured=True` says on the page that the frames hold measurements (timings) made when the
-notebook was executed, which the live controls repeat on the reader's machine. `alt` describes
+`measured="cpu"` (or a CUDA device) says on the page that the frames hold measurements (timings)
+made on that device when the notebook was executed, names the device and the date, and that the
+live controls measure on the reader's machine. `alt` describes
 what the figure shows, for a reader who cannot see it: each frame's image says it, followed by
 the frame's settings. The controls are the only place the page names the settings (a figure
 that also prints or titles them says them three times). The book gives the figure its number
@@ -23,6 +24,7 @@ reader picks the frame (`_ext/static_pages.py` writes them to files).
 
 import base64
 import contextlib
+import datetime
 import html
 import io
 import itertools
@@ -32,6 +34,7 @@ import zlib
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
+from linattn_core.bench.provenance import device_name
 from linattn_core.plotting import MIN_EXPLORABLE_TEXT_PX, render
 
 __all__ = ["Explorable", "explorable"]
@@ -39,17 +42,19 @@ __all__ = ["Explorable", "explorable"]
 MAX_FRAMES = 200  # combinations a static figure may precompute
 
 
-def explorable(function, /, *, alt=None, measured=False, **controls):
+def explorable(function, /, *, alt=None, measured=None, **controls):
     """The interactive figure of `function` with these controls: name → (widget, stops);
-    `alt`: what its images show, in words."""
+    `alt`: what its images show, in words; `measured`: the device its frames were timed on."""
     return Explorable(function, controls, alt=alt, measured=measured)
 
 
 class Explorable:
     """Live ipywidgets controls with a precomputed static twin (see the module docstring)."""
 
-    def __init__(self, function, controls, *, alt=None, measured=False):
+    def __init__(self, function, controls, *, alt=None, measured=None):
         self.function, self.alt, self.measured = function, alt, measured
+        # where and when the frames are measured, recorded as they are
+        self.measured_on = f"{device_name(measured)}, {datetime.date.today()}" if measured else None
         self.controls = {
             name: (widget, _stops(name, widget, stops))
             for name, (widget, stops) in controls.items()
@@ -194,8 +199,9 @@ def _page(figure):
 def _note(figure):
     if figure.measured:
         return (
-            "Measured for every setting when the notebook was executed; in Jupyter the "
-            "controls measure live on your machine."
+            f"Measured for every setting when the notebook was executed, on "
+            f"{html.escape(figure.measured_on)}; in Jupyter the controls measure live on "
+            "your machine."
         )
     return (
         "Precomputed for every setting when the notebook was executed; in Jupyter the controls "

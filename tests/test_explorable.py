@@ -1,5 +1,6 @@
 """explorable: live ipywidgets controls with a precomputed static twin for the book."""
 
+import html
 import re
 
 import ipywidgets as widgets
@@ -70,3 +71,16 @@ def test_bad_controls_are_refused():
     many = [float(i) for i in range(MAX_FRAMES + 1)]
     with pytest.raises(ValueError, match=f"{MAX_FRAMES + 1} combinations"):
         explorable(report, scale=(widgets.FloatSlider(), many))
+
+
+def test_measured_frames_say_where_and_when():
+    """Timed frames name the device and the date they were measured on, beside the promise that
+    the live controls measure on the reader's machine."""
+    from linattn_core.bench.provenance import device_name
+
+    page = explorable(
+        report, measured="cpu", n=(widgets.IntSlider(value=2, min=2, max=3), None)
+    ).static_html()
+    note = re.search(r'class="explorable-note"[^>]*>(.*?)</div>', page).group(1)
+    assert device_name("cpu") in html.unescape(note)
+    assert re.search(r", \d{4}-\d\d-\d\d;", note) and "measure live on your machine" in note

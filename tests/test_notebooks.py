@@ -198,3 +198,169 @@ def test_every_exercise_has_a_hint_before_its_solution(path):
     assert not missing, (
         f"{path.name}: exercises with no hint dropdown before the solution: {missing}"
     )
+
+
+def figure_outputs(cell):
+    """The outputs of `cell` that the book shows as figures: images, and interactive figures."""
+    return [
+        o
+        for o in cell["outputs"]
+        if "image/png" in o.get("data", {})
+        or re.search(
+            r'class="(explorable|live-explorer)"', "".join(o.get("data", {}).get("text/html", ""))
+        )
+    ]
+
+
+# Chapters 10 and 11 are being rewritten, and will be re-executed, by their owner (issue 35): they
+# get their captions, descriptions and folded cells then. Strict: a test fails once its chapter
+# passes, so that the chapter leaves this set.
+REWRITTEN = {"10_scaling.ipynb", "11_triton.ipynb"}
+
+
+def awaiting_rewrite(paths):
+    return [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="being rewritten (issue 35)"))
+        if p.name in REWRITTEN
+        else p
+        for p in paths
+    ]
+
+
+def frames_html(html):
+    """The HTML of an interactive figure: the frame it shows, and every frame its script holds
+    (JSON strings)."""
+    held = re.search(r"const frames = (\[.*?\]);\n", html, re.S)
+    return [html, *(json.loads(held.group(1)) if held else [])]
+
+
+@pytest.mark.parametrize("path", awaiting_rewrite(NOTEBOOKS), ids=lambda p: p.name)
+def test_every_figure_is_numbered_captioned_and_described(path):
+    """The book numbers a figure and sets its caption from the cell's `mystnb.figure` metadata;
+    its image is described by `mystnb.image.alt` (an interactive figure describes each frame's
+    image itself: `explorable(..., alt=...)`). One figure per cell, so each caption is its own."""
+    _, cells = code_cells(path)
+    problems = []
+    for i, cell in enumerate(cells):
+        figures = figure_outputs(cell)
+        if not figures:
+            continue
+        options = cell["metadata"].get("mystnb", {})
+        if not options.get("figure", {}).get("caption", "").strip():
+            problems.append(f"code cell {i}: no caption (mystnb.figure.caption)")
+        if len(figures) > 1:
+            problems.append(f"code cell {i}: {len(figures)} figures in one cell")
+        for output in figures:
+            if "image/png" in output["data"]:
+                alt = options.get("image", {}).get("alt", "")
+                if len(alt.split()) < 5 or re.search(r"\.png|_images/", alt):
+                    problems.append(f"code cell {i}: no description (mystnb.image.alt): {alt!r}")
+            else:  # an explorable's frames add their settings to what the image shows
+                html = "".join(output["data"]["text/html"])
+                described = r"\w \(.+ = .+\)$" if 'class="explorable"' in html else r"(\w+\W+){4}\w"
+                undescribed = [
+                    alt
+                    for frame in frames_html(html)
+                    for alt in re.findall(r'alt="([^"]*)"', frame)
+                    if not re.search(described, alt)
+                ]
+                if undescribed:
+                    problems.append(f"code cell {i}: images without a description")
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+MAX_SHOWN_LINES = 40
+DRAWS = re.compile(r"\bplt\.|\bexplorable\(|\.imshow\(|\.plot\(|\bplot_[a-z_]+\(")
+FOLDED = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+
+
+@pytest.mark.parametrize("path", awaiting_rewrite(NOTEBOOKS), ids=lambda p: p.name)
+def test_helper_code_is_folded(path):
+    """The book shows the code that is the lesson; the code that only draws a figure, and any
+    cell longer than `MAX_SHOWN_LINES`, is folded behind a "Show code cell source" toggle
+    (the cell tag `hide-input`)."""
+    _, cells = code_cells(path)
+    shown = [
+        (i, "".join(c["source"]))
+        for i, c in enumerate(cells)
+        if not FOLDED & set(c["metadata"].get("tags", []))
+    ]
+    drawing = [i for i, source in shown if DRAWS.search(source) and figure_outputs(cells[i])]
+    long = [(i, len(s.splitlines())) for i, s in shown if len(s.splitlines()) > MAX_SHOWN_LINES]
+    assert not drawing, f"{path.name}: code cells {drawing} draw a figure, unfolded"
+    assert not long, (
+        f"{path.name}: unfolded code cells of more lines than {MAX_SHOWN_LINES}: {long}"
+    )
+
+
+def first_authors():
+    """The surname of the first author of every entry of references.bib, by key."""
+    bib = (ROOT / "references.bib").read_text(encoding="utf-8")
+    found = {}
+    for key, body in re.findall(r"@\w+\{([^,]+),(.*?)\n\}", bib, re.S):
+        author = re.search(r"author\s*=\s*[{\"](.*?)[}\"],?\n", body, re.S)
+        if author:
+            first = author.group(1).split(" and ")[0].strip()
+            surname = first.split(",")[0] if "," in first else first.split()[-1]
+            found[key.strip()] = re.sub(r"[{}\\\"']", "", surname).lower()
+    return found
+
+
+REPEATED_AUTHOR = re.compile(
+    r"([A-Z][\w\-]+)(?: et al\.| and [A-Z][\w\-]+)?(?:'s|’s)?\s+\{cite\}`([^`]+)`"
+)
+PROSE = [*NOTEBOOKS, *sorted((ROOT / "chapters").rglob("*.md")), ROOT / "intro.md"]
+
+
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: p.name)
+def test_a_citation_does_not_repeat_its_author(path):
+    """ "Katharopoulos et al. {cite}`katharopoulos2020`" reads "Katharopoulos et al.
+    [Katharopoulos et al., 2020]": a sentence that names the authors cites with {cite:t}."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text(encoding="utf-8")
+    authors = first_authors()
+    repeated = [
+        m.group(0).replace("\n", " ")
+        for m in REPEATED_AUTHOR.finditer(text)
+        if authors.get(m.group(2).split(",")[0].strip()) == m.group(1).lower()
+    ]
+    assert not repeated, f"{path.name}: write {{cite:t}} for {repeated}"
+
+
+def page_title(path):
+    """The first heading of a chapter (notebook or Markdown)."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text(encoding="utf-8")
+    return re.search(r"^# (.+)$", text, re.M).group(1).strip()
+
+
+CORRECTIONS = sorted((ROOT / "chapters" / "corrections").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", CORRECTIONS, ids=lambda p: p.name)
+def test_corrections_are_headed_by_their_chapters_title(path):
+    """The corrections appendix lists its items under the title of the chapter they concern,
+    as the table of contents names it (a heading made of a {doc} link showed the file name)."""
+    chapter = next((ROOT / "chapters").glob(f"{path.stem}.*"))
+    first = path.read_text(encoding="utf-8").splitlines()[0]
+    assert first == f"## {page_title(chapter)}", f"{path.name} starts with {first!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_paragraph_starts_with_a_bare_equation_number(path):
+    """A paragraph that opens with {eq}`…` reads "(7), where …": name what is referred to."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    bare = [
+        paragraph.strip()[:60]
+        for cell in cells
+        if cell["cell_type"] == "markdown"
+        for paragraph in re.split(r"\n\s*\n", "".join(cell["source"]))
+        if re.match(r"\s*\{eq\}`", paragraph)
+    ]
+    assert not bare, f"{path.name}: paragraphs that start with an equation number: {bare}"

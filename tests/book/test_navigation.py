@@ -106,15 +106,21 @@ ZOOM = """() => {
 }"""
 
 
-def test_a_figure_opens_at_its_drawn_size_on_a_phone(phone):
-    figure = phone.locator("article figure img").first
+@pytest.mark.parametrize("figure_id", ["fig-lin-flops", "fig-lin-forms"])
+def test_a_figure_opens_at_its_drawn_size_on_a_phone(phone, figure_id):
+    """A static figure (wrapped by Sphinx in a link to its file) and an interactive one open in
+    the page, at the size they were drawn for, keeping their aspect ratio on the page."""
+    figure = phone.locator(f"#{figure_id} img").first
     figure.scroll_into_view_if_needed()
-    drawn = float(figure.evaluate("(img) => parseFloat(img.style.width) || img.width"))
-    shown = figure.bounding_box()["width"]
-    assert shown < drawn, (shown, drawn)  # shrunk to the phone
+    drawn = figure.evaluate("(img) => Number(img.getAttribute('width'))")
+    box = figure.bounding_box()
+    assert box["width"] < drawn, (box, drawn)  # shrunk to the phone
+    ratio = figure.evaluate("(img) => img.getAttribute('width') / img.getAttribute('height')")
+    assert abs(box["width"] / box["height"] - ratio) < 0.02, (box, ratio)  # not squashed
+    url = phone.url
     figure.tap()
     phone.wait_for_function("document.querySelector('dialog.figure-zoom img')?.complete")
     zoom = phone.evaluate(ZOOM)
     assert zoom["open"] and zoom["loaded"] and zoom["width"] >= drawn - 1, zoom
     phone.tap("dialog.figure-zoom .figure-zoom-close")
-    assert not phone.evaluate(ZOOM)["open"]
+    assert not phone.evaluate(ZOOM)["open"] and phone.url == url

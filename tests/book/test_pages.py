@@ -11,8 +11,8 @@ compressed as static hosts send it) in a 1400 px window and on a 390 px phone, a
   nothing says so).
 
 And every built page (the files themselves) arrives typeset: no formula is TeX source waiting
-for a script, no page but the search page loads MathJax, no page loads the icon script, and no
-image is embedded as data.
+for a script, no page but the search page loads MathJax, no page loads the icon script, no
+image is embedded as data, and no page offers a launch button (Binder, Colab).
 """
 
 import re
@@ -80,7 +80,7 @@ def test_first_view_is_light_and_still_at_1400_px(server, browser, path):
 @pytest.mark.parametrize("path", CHAPTERS)
 def test_page_is_still_at_load_on_a_phone(server, browser, path):
     page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
-    load(page, f"{server}/{path}")
+    page.goto(f"{server}/{path}", wait_until="load")
     shift = page.evaluate(LAYOUT_SHIFT)
     page.close()
     assert shift <= MAX_LAYOUT_SHIFT, f"{path}: layout shift {shift:.3f} at load"
@@ -121,6 +121,8 @@ def test_page_arrives_typeset_and_without_heavy_scripts(path):
     assert "fontawesome.js" not in text, f"{path} loads the icon script"
     assert "data:image/png;base64" not in text, f"{path} embeds an image as data"
     assert not re.findall(r"<i class=\"fa", text), f"{path}: an icon left to the icon script"
+    # no launch button that cannot work: neither service can run the book's notebooks
+    assert "mybinder.org" not in text and "colab.research" not in text, f"{path}: launch button"
     if path != "search.html":
         assert "tex-chtml.js" not in text and "window.MathJax" not in text, f"{path} loads MathJax"
         assert "searchindex.js" not in text, f"{path} loads the search index"
