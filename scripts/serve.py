@@ -49,10 +49,17 @@ class BookHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class BookServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return  # the browser left the page while a file was on its way: nothing to report
+        super().handle_error(request, client_address)
+
+
 def server(directory, port=0):
     """A threading server of `directory` on 127.0.0.1 (`port` 0: any free port)."""
     handler = functools.partial(BookHandler, directory=os.fspath(directory))
-    return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    return BookServer(("127.0.0.1", port), handler)
 
 
 def main() -> int:
