@@ -5,8 +5,9 @@ Once Sphinx has written the book (`build-finished`), every page is finished here
 - **Formulas are typeset at build time** (`_ext/render_math.js`, MathJax 3 for node): a page
   arrives with its formulas drawn, as MathJax drew them in the browser, and with the stylesheet
   of the characters it uses. Nothing shows TeX source while a page loads, no text jumps when a
-  formula replaces its source, and the pages load no MathJax (1.2 MB). The search page keeps
-  MathJax for the formulas of its snippets (`_ext/book_pages.py`). The formulas are scaled to
+  formula replaces its source, and the pages load no MathJax (1.2 MB). Each formula keeps its
+  TeX in `data-tex`, from which the search page typesets the formulas of its snippets, the one
+  page that still loads MathJax (`_ext/book_pages.py`). The formulas are scaled to
   the x-height of the reader's text font, as MathJax did in the browser, by `MATH_SCALE`, an
   inline script that runs before the page is drawn.
 - **Icons are inline SVG**, cut from Font Awesome's files for the dozen icons the theme shows, in
@@ -131,6 +132,7 @@ def replace_formulas(page, rendered):
 def typeset_math(pages, outdir, macros):
     """Every formula of every page typeset by MathJax (one node process for the book)."""
     names = list(pages)
+    sources = {path: formulas(pages[path]) for path in names}
     request = {
         "macros": macros,
         "scale": 1,  # the page scales formulas by --book-math-scale (MATH_SCALE, book.css)
@@ -138,7 +140,7 @@ def typeset_math(pages, outdir, macros):
             {
                 "name": str(path.relative_to(outdir)),
                 "fontURL": "../" * (len(path.relative_to(outdir).parts) - 1) + MATH_FONTS,
-                "formulas": formulas(pages[path]),
+                "formulas": sources[path],
             }
             for path in names
         ],
@@ -155,13 +157,23 @@ def typeset_math(pages, outdir, macros):
     typeset = json.loads(result.stdout)["pages"]
     finished = {}
     for path, page in zip(names, typeset, strict=True):
-        text = replace_formulas(pages[path], page["html"])
+        rendered = [
+            with_source(html_, tex)
+            for html_, (tex, _) in zip(page["html"], sources[path], strict=True)
+        ]
+        text = replace_formulas(pages[path], rendered)
         if page["html"]:
             style = f'<style id="book-math">{minify_css(page["css"])}</style>'
             head = "\n".join([*font_preloads(text, page["css"]), style])
             text = text.replace("</head>", f"{head}\n</head>", 1)
         finished[path] = text
     return finished
+
+
+def with_source(typeset, tex):
+    """The typeset formula, keeping its TeX in `data-tex`: the search page's snippets are taken
+    from the pages and typeset again there (_extra/shims/search.js)."""
+    return typeset.replace("<mjx-container", f'<mjx-container data-tex="{html.escape(tex)}"', 1)
 
 
 FONT_FACE = re.compile(
@@ -228,8 +240,11 @@ class IconSet:
         attributes = f"{before}{after}".strip()
         attributes = f" {attributes}" if attributes else ""
         shapes = "".join(f'<path fill="currentColor" d="{d}"/>' for d in paths)
+        # as Font Awesome's script draws it: the style classes (fa-solid, …) give way to
+        # svg-inline--fa, which the theme's rules for the icon font do not match
+        kept = " ".join(c for c in names if c not in STYLES)
         return (
-            f'<svg class="svg-inline--fa {classes}"{attributes} aria-hidden="true" '
+            f'<svg class="svg-inline--fa {kept}"{attributes} aria-hidden="true" '
             f'focusable="false" xmlns="http://www.w3.org/2000/svg" viewBox="{view_box}">'
             f"{shapes}</svg>"
         )

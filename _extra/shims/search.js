@@ -12,8 +12,9 @@
 // characters (in the middle of a formula at times), and a result anchored at an empty target
 // (an {index} entry) got no snippet at all (a JavaScript error, appendChild(null)). Here a
 // snippet is taken from the article alone, keeps each formula whole (or leaves it out where the
-// cut would halve it), shows code as code, and MathJax typesets the formulas, those of the
-// results' titles too (_ext/book_pages.py delimits math in the index's titles).
+// cut would halve it), shows code as code, and MathJax typesets the formulas from the TeX each
+// typeset formula of a page keeps (_ext/static_pages.py), those of the results' titles too
+// (_ext/book_pages.py delimits math in the index's titles).
 (function () {
   "use strict";
   if (typeof Search === "undefined") return;
@@ -102,10 +103,11 @@
       } else if (node.nodeType !== Node.ELEMENT_NODE) {
         return;
       } else if (node.matches(".math")) {
-        let tex = node.textContent.trim();
-        const display = tex.startsWith("\\[") || node.localName === "div";
-        tex = tex.replace(/^\\[([]|\\[)\]]$/g, "");
-        found.push({ math: display ? inline(tex) : tex, flat: node.textContent });
+        // the pages arrive typeset (_ext/static_pages.py): each formula keeps its TeX
+        const typeset = [...node.querySelectorAll("mjx-container[data-tex]")];
+        const display = node.localName === "div";
+        const tex = typeset.map((formula) => formula.dataset.tex).join(" \\quad ");
+        found.push({ math: display ? inline(tex) : tex, flat: tex });
       } else if (node.matches("pre, code, kbd, samp")) {
         const code = node.textContent.replace(/\s+/g, " ");
         found.push({ code, flat: code });

@@ -406,9 +406,15 @@ KINDS = {
 
 
 # What a search finds first: the chapter named by the words searched for (_extra/shims/search.js).
-FIRST_RESULTS = """() => [...document.querySelectorAll("#search-results ul.search > li")]
-  .slice(0, 3).map((li) => ({ title: li.querySelector("a").textContent.trim(),
-                              snippet: li.querySelector("p.context")?.textContent || "" }))"""
+FIRST_RESULTS = """async () => {
+  if (window.bookSearchMath) await window.bookSearchMath();
+  return [...document.querySelectorAll("#search-results ul.search > li")].slice(0, 3)
+    .map((li) => ({ title: li.querySelector("a").textContent.trim(),
+                    snippet: li.querySelector("p.context")?.textContent || "",
+                    // each formula of a snippet typeset again from the page's TeX: S_t, not St
+                    math: [...li.querySelectorAll("p.context mjx-container")]
+                      .map((m) => m.querySelector("mjx-assistive-mml")?.textContent || "") }));
+}"""
 
 
 @pytest.mark.parametrize(
@@ -425,6 +431,8 @@ def test_search_ranks_the_chapter_named_first(server, offline_page, query, chapt
     page.wait_for_function("document.querySelector('#search-results .search-summary')?.textContent")
     results = page.evaluate(FIRST_RESULTS)
     assert results[0]["title"] == chapter, results
+    if query == "delta rule":  # its snippet opens with the recurrence S_t = S_(t−1) + φ(k_t)v_tᵀ
+        assert results[0]["math"] and results[0]["math"][0].startswith("St=St−1+"), results
     for result in results:  # a snippet of the article, not the buttons above it
         assert not re.search(r"\bRepository\b|Open issue|\.ipynb|\.pdf", result["snippet"]), result
     assert not problems, problems
