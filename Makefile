@@ -12,11 +12,12 @@ NB     ?= $(sort $(wildcard chapters/*.ipynb))
 PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
 
-.PHONY: help book serve test lint unit unit-fast gpu-compile nbval nbval-portable build-clean browser notebooks \
+.PHONY: help book serve test lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
+        build-clean browser notebooks \
         macros lab assets venv chromium constraints clean gpu kernels-report peers
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -93,6 +94,20 @@ gpu: venv
 	$(PY) -m linattn_core.bench plot figures/bench_gpu_$${device}_complexity.json \
 	  --out figures/bench_gpu_$${device}_complexity.png
 
+# On a CUDA machine with torch and triton (and fla-core, optionally), from a copy of the
+# repository: no virtual environment, no internet (README, "Measuring on a GPU"). It compiles
+# every kernel in parallel, checks both operations against float64 in each dtype, times ours,
+# FLA's and SDPA's (N = 1k…64k, forward and forward+backward) and writes OUT/gpu_check.json;
+# ARGS=--notebooks also executes the scaling chapter on the GPU. About 4 minutes on an H200.
+OUT ?= gpu-check
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m linattn_core.bench.gpu_check \
+	    --out $(OUT) $(ARGS)
+
+# The same code on the CPU, through the Triton interpreter, at toy sizes (part of `make test`).
+gpu-check-dry: venv
+	$(PY) -m linattn_core.bench.gpu_check --dry --out _build/gpu-check-dry
+
 # The compile reports of the scaling chapter: every kernel of ours for sm_80, sm_89 and sm_90, and
 # flash-linear-attention's chunked kernels, installed without dependencies into .fla (a peer to
 # compare with, never a dependency of the package). Re-run after changing a kernel or a tile.
@@ -125,7 +140,7 @@ $(PEERS): constraints.txt
 
 # --- checks -------------------------------------------------------------------------------
 test: venv assets chromium
-	$(MAKE) --no-print-directory lint unit gpu-compile nbval nbval-portable book browser
+	$(MAKE) --no-print-directory lint unit gpu-compile gpu-check-dry nbval nbval-portable book browser
 
 lint: venv
 	$(BIN)/ruff check $(LINTED)

@@ -254,16 +254,17 @@ def table(rows):
 
 
 def project_commit():
-    """The repository's commit (git, or $LINATTN_COMMIT where the copy has no .git)."""
+    """The repository's commit: $LINATTN_COMMIT when set (a copy of the tree may carry a stale
+    .git), else git's."""
+    if os.environ.get("LINATTN_COMMIT"):
+        return os.environ["LINATTN_COMMIT"]
     try:
         done = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         )
     except OSError:
-        done = None
-    if done and done.returncode == 0:
-        return done.stdout.strip()
-    return os.environ.get("LINATTN_COMMIT")
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def main(argv=None):

@@ -105,6 +105,53 @@ def loglog_panel(axis, series, *, xlabel, ylabel, guides=(1, 2), up_to=None):
         axis.legend(fontsize="small")
 
 
+GPU_SERIES = {  # op -> (label, method or "sdpa" for the fastest pinned SDPA backend)
+    "linear": (("ours", "linear_triton"), ("FLA", "fla_chunk_linear_attn"), ("SDPA", "sdpa")),
+    "delta": (("ours", "delta_triton"), ("FLA", "fla_chunk_delta_rule")),
+}
+
+
+def plot_gpu_comparison(rows, *, key="median_ms", axes=None, title=None):
+    """A GPU comparison (`gpu.gpu_benchmark` or `gpu_check` rows, one shape sweep per op) on
+    four log-log panels: linear attention and the delta rule, forward and forward+backward, ours
+    against FLA's and SDPA's fastest backend, `key` "median_ms" or "peak_bytes" (in MB) against
+    N; return the figure.
+
+    >>> rows = [{"op": "linear", "method": m, "mode": mode, "N": n, "median_ms": n / s,
+    ...          "peak_bytes": n} for m, s in (("linear_triton", 2e3), ("sdpa_flash", 1e3))
+    ...         for mode in ("fwd", "fwd+bwd") for n in (1024, 2048)]
+    >>> figure = plot_gpu_comparison(rows)
+    >>> figure.axes[0].get_legend_handles_labels()[1][:2]
+    ['ours (slope 1.00)', 'SDPA (slope 1.00)']
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        figure, axes = plt.subplots(2, 2, figsize=(9, 7), layout="constrained")
+    figure = axes[0][0].figure
+    scale, unit = (1, "ms") if key == "median_ms" else (2**-20, "MB")
+    for row_axes, op in zip(axes, ("linear", "delta"), strict=True):
+        for axis, mode in zip(row_axes, ("fwd", "fwd+bwd"), strict=True):
+            series = {}
+            for label, method in GPU_SERIES[op]:
+                points = {}
+                for r in rows:
+                    if r.get("op", "linear") != op or r["mode"] != mode or not r.get(key):
+                        continue
+                    name = "sdpa" if r["method"].startswith("sdpa_") else r["method"]
+                    if name == method:
+                        value = scale * r[key]
+                        points[r["N"]] = min(points.get(r["N"], value), value)
+                if points:
+                    series[label] = (list(points), list(points.values()))
+            what = "linear attention" if op == "linear" else "delta rule"
+            loglog_panel(axis, series, xlabel="sequence length N", ylabel=f"{unit}, {mode}")
+            axis.set_title(f"{what}, {mode}", fontsize="medium")
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
 def plot_file(path, out):
     """Plot a results file to an image file (PNG, SVG, ...), titled with its provenance."""
     import matplotlib

@@ -10,10 +10,14 @@ chosen with `python -m linattn_core.kernels.tools.compile`, which compiles every
 architecture's shared memory. The rules:
 
 - a kernel's tile is its widest block (`WIDEST`) or the head size if smaller: 64 columns for
-  16-bit inputs (the tensor cores' 64 × 64 operands), fewer for float32 inputs, whose products run
-  as three TF32 products (`common.dot`) and need about three times the registers;
-- warps (`WARPS`): 4, or 8 where a program holds a whole 128-wide state or more;
-- 2 pipeline stages, 1 where the operands of two would not fit (`ONE_STAGE`).
+  16-bit inputs on sm_90 (the tensor cores' 64 × 64 operands), 32 on sm_80, whose products hold
+  their operands in registers, and 16 for float32 inputs, whose products run as three TF32
+  products (`common.dot`) and need about three times the registers; float32 inputs also run in
+  chunks of half the size (`kernel_chunk`);
+- 4 warps for every kernel;
+- 2 pipeline stages; 1 in the delta rule's prepare kernel, whose operands of two would not fit
+  (`ONE_STAGE`); 3 in the delta rule's walks on sm_90 (`THREE_STAGES`), 7 % faster on an H200
+  (`figures/gpu/*/tile_sweep.json`).
 
 No autotuning: the Triton interpreter, which tests these kernels on CPUs, runs the same entries,
 and the compile check can prove each one. GPUs other than sm_90 get the sm_80 entries, whose
@@ -84,7 +88,7 @@ WIDEST = {
     "delta_wy": (16, 16, 16),
 }
 ONE_STAGE = {"delta_prepare"}
-EIGHT_WARPS = {"delta_prepare"}  # many C × C float32 blocks live
+THREE_STAGES = {"delta_states", "delta_states_bwd"}  # on sm_90: 7 % faster (tile_sweep.json)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,5 +129,5 @@ def tiles(kernel, arch, d_k, d_v, dtype):
     """
     widest = WIDEST[kernel][2 if dtype == torch.float32 else 0 if arch == 90 else 1]
     block_k, block_v = min(d_k, widest), min(d_v, widest)
-    warps = 8 if kernel in EIGHT_WARPS else 4
-    return Tile(block_k, block_v, num_warps=warps, num_stages=1 if kernel in ONE_STAGE else 2)
+    stages = 1 if kernel in ONE_STAGE else 3 if arch == 90 and kernel in THREE_STAGES else 2
+    return Tile(block_k, block_v, num_warps=4, num_stages=stages)

@@ -143,8 +143,10 @@ def test_segments_of_every_length(segment, normalize):
     qkv = random_qkv(1, 2, n=300, d=32, d_v=16, dtype=torch.float32, positive=normalize, seed=3)
     grad_out = torch.randn(qkv[2].shape, generator=torch.Generator().manual_seed(4))
     options = {"chunk_size": 64, "arch": 90, "segment": segment}
-    o, rden = chunk_linear_attention_fwd(*qkv, normalize=normalize, eps=1e-6, **options)
-    grads = chunk_linear_attention_bwd(*qkv, o if normalize else None, rden, grad_out, **options)
+    o, rden, o32 = chunk_linear_attention_fwd(
+        *qkv, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
+    )
+    grads = chunk_linear_attention_bwd(*qkv, o32, rden, grad_out, **options)
     expected = outputs_and_gradients(
         lambda q, k, v: reference(q, k, v, normalize=normalize),
         *(x.double() for x in qkv),

@@ -21,9 +21,11 @@ the program's registers by the block recursion the chapter proves, on two blocks
     A = [[D_0, 0], [Y_10, D_1]],   D_r = (I + N_rr)⁻¹,   Y_10 = −D_1 N_10 D_0,
 
 with each D_r by forward substitution, both blocks at once, one row at a time
-(`unit_lower_inverse`): row i is e_i − Σ_{j<i} N_ij (row j). Substitution is componentwise
-backward stable, and in DeltaNet's regime — unit keys, β ∈ (0, 1] — the chapter measures ‖A‖
-near 2 (and proves ‖A‖_∞ ≤ 2 for a repeated key), so the inverse and its products stay in range.
+(`unit_lower_inverse`): row i is e_i − Σ_{j<i} N_ij (row j); each step reads a row of N from
+the program's L1 cache and sums along a warp's lanes, so no step waits on another warp.
+Substitution is componentwise backward stable, and in DeltaNet's regime — unit keys,
+β ∈ (0, 1] — the chapter measures ‖A‖ near 2 (and proves ‖A‖_∞ ≤ 2 for a repeated key), so the
+inverse and its products stay in range.
 (The Neumann form (I − N)(I + N²)(I + N⁴)…, all matrix products, would be faster on tensor
 cores, but its factors hold binomial coefficients that must cancel: 5e17 for a repeated key at
 C = 64, which leaves float32 an error of 4e9.) A is computed in float32 whatever the inputs'
@@ -44,17 +46,21 @@ from linattn_core.kernels.tiles import tiles
 
 
 @triton.jit
-def unit_lower_inverse(b_n, R: tl.constexpr):
-    """(I + N)⁻¹ for strictly lower triangular R × R blocks N `[2, R, R]`, both at once, by
-    forward substitution."""
-    o_r = tl.arange(0, R)[None, :, None]  # the row index, broadcast over blocks and columns
+def unit_lower_inverse(p_n, R: tl.constexpr):
+    """(I + N)⁻¹ of two strictly lower triangular R × R blocks, both at once, by forward
+    substitution: row i of the inverse Y is e_i − Σ_{j<i} N_ij (row j of Y). The blocks' rows
+    are in memory at p_n (float32, row i of block b at p_n + (b·R + i)·R; the program wrote them
+    and reads them back from its L1 cache), and Y is held transposed, so that each step's sum
+    over j runs along a warp's lanes: no step waits on another warp. Returns Yᵀ `[2, R, R]`."""
+    o_b = tl.arange(0, 2)[:, None]
+    o_j = tl.arange(0, R)
     eye = tl.arange(0, R)[:, None] == tl.arange(0, R)[None, :]
-    b_y = tl.where(eye[None, :, :], 1.0, 0.0) + tl.zeros([2, R, R], dtype=tl.float32)
+    b_yt = tl.where(eye[None, :, :], 1.0, 0.0) + tl.zeros([2, R, R], dtype=tl.float32)
     for i in range(1, R):
-        n_i = tl.sum(tl.where(o_r == i, b_n, 0.0), axis=1)  # row i of each N  [2, R]
-        y_i = tl.sum(n_i[:, :, None] * b_y, axis=1)  # Σ_{j<i} N_ij (row j of the inverse)
-        b_y = tl.where(o_r == i, b_y - y_i[:, None, :], b_y)
-    return b_y
+        n_i = tl.load(p_n + (o_b * R + i) * R + o_j[None, :])  # row i of each N  [2, R]
+        y_i = tl.sum(b_yt * n_i[:, None, :], axis=2)  # Σ_j N_ij Y_jc  [2, R]
+        b_yt = tl.where(o_j[None, None, :] == i, b_yt - y_i[:, :, None], b_yt)  # Y's row i
+    return b_yt
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -63,6 +69,7 @@ def delta_prepare_kernel(
     v,  # [B, H, N, V]
     beta,  # [B, H, N]
     a,  # [B, H, NT·C, C] written when STORE_A: A of each chunk, its rows
+    scratch,  # [B, H, NT·C, C/2] float32: each chunk's two diagonal blocks of N (may alias a)
     w,  # [B, H, N, K] written: W = A diag(β) K
     u,  # [B, H, N, V] written: Ũ = A diag(β) V
     N,
@@ -97,11 +104,14 @@ def delta_prepare_kernel(
         b_n10 = dot(b_k1, tl.trans(b_k0), b_n10)
         b_n11 = dot(b_k1, tl.trans(b_k1), b_n11)
     below = o_r[:, None] > o_r[None, :]  # M⁻ inside a diagonal block
-    b_n = tl.join(
-        tl.where(below, b_beta0[:, None] * b_n00, 0.0),
-        tl.where(below, b_beta1[:, None] * b_n11, 0.0),
-    )  # [R, R, 2]
-    b_d0, b_d1 = tl.split(tl.permute(unit_lower_inverse(tl.permute(b_n, 2, 0, 1), R), 1, 2, 0))
+    p_n = scratch + (i_bh * tl.cdiv(N, C) + i_t) * C * R  # this chunk's two blocks
+    blocks = o_r[:, None] * R + o_r[None, :]
+    tl.store(p_n + blocks, tl.where(below, b_beta0[:, None] * b_n00, 0.0))
+    tl.store(p_n + R * R + blocks, tl.where(below, b_beta1[:, None] * b_n11, 0.0))
+    tl.debug_barrier()  # every row stored before any is read
+    b_d0, b_d1 = tl.split(tl.permute(unit_lower_inverse(p_n, R), 1, 2, 0))  # D_0ᵀ, D_1ᵀ
+    b_d0, b_d1 = tl.trans(b_d0), tl.trans(b_d1)
+    tl.debug_barrier()  # every row read before A (which may share the memory) is stored
     b_y10 = -dot(b_d1, dot(b_beta1[:, None] * b_n10, b_d0, None), None)  # −D_1 N_10 D_0
 
     if STORE_A:
@@ -254,10 +264,16 @@ def delta_prepare(k, v, beta, *, chunk_size, arch, store_a=False):
     d_v = v.shape[-1]
     n_chunks = triton.cdiv(n, chunk_size)
     tile = tiles("delta_prepare", arch, d_k, d_v, v.dtype)
-    a = k.new_empty(batch, heads, n_chunks * chunk_size, chunk_size) if store_a else None
+    rows = (batch, heads, n_chunks * chunk_size)
+    a = k.new_empty(*rows, chunk_size) if store_a else None
+    if store_a and a.element_size() == 2:  # a 16-bit A has the bytes of the float32 blocks
+        scratch = a.view(torch.float32)
+    else:
+        scratch = k.new_empty(*rows, chunk_size // 2, dtype=torch.float32)
     w, u = torch.empty_like(k), torch.empty_like(v)
     grid = (n_chunks, batch * heads)
     delta_prepare_kernel[grid](
-        k, v, beta, a, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a, **tile.launch_options
-    )
+        k, v, beta, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a,
+        **tile.launch_options,
+    )  # fmt: skip
     return a, w, u

@@ -14,10 +14,11 @@ t. Without normalization r = 1 and a = 0. As in the forward pass (`forward.py`),
 cut into segments of L chunks:
 
 1. `segment_sums_bwd_kernel` adds up each segment's four sums, reading q, k, v and g once;
-2. `segment_dq_kernel`, `segment_dk_kernel` and `segment_dv_kernel` walk each segment's chunks in
-   order, a BK × BV tile of a state in registers: S and z from the sums of the segments before,
-   gaining each chunk after its use (dq); D and y from the sums of this segment and those after,
-   losing each chunk before its use (dk, dv).
+2. torch's cumsum turns the segments' sums into prefix sums, and `segment_dq_kernel`,
+   `segment_dk_kernel` and `segment_dv_kernel` walk each segment's chunks in order, a BK × BV
+   tile of a state in registers: S and z from the sums of the segments before, gaining each
+   chunk after its use (dq); D and y from the sums of this segment and those after (all of them
+   less those before), losing each chunk before its use (dk, dv).
 
 dq and dk sum over the values, dv over the features: with several value tiles (feature tiles for
 dv) each program writes its share in float32, and the launcher adds the shares up (as in the
@@ -28,7 +29,11 @@ Nothing is saved by the forward pass but its inputs, its output and r, and no st
 per chunk: memory O(N(d + d_v)).
 
 Precision, as in the forward pass: operands in the inputs' dtype, float32 accumulation and
-float32 states, float16 states divided by their largest magnitude as operands. And r_i, which
+float32 states, float16 states divided by their largest magnitude as operands. With
+normalization, dq's g S_tᵀ and a_i z_t nearly cancel (they add up to Σ_j g_i·(v_j − o_i) k_j,
+which is small wherever the values share a mean), as do dk's D_t v_j and y_t: there the state
+enters as two 16-bit operands, its value and its rounding error (`dot_state`), lest the
+rounding of one operand be amplified by the cancellation (by √N for random values). And r_i, which
 falls like 1/i (1e-6 after 16k tokens, below float16's normal range), never enters a product by
 itself: within a chunk it is split as r_i = m (r_i / m) with m = max |r| over the chunk, the ratio
 goes into the 16-bit operand and m multiplies the float32 result.
@@ -41,7 +46,7 @@ import triton
 import triton.language as tl
 
 from linattn_core.kernels.common import dot
-from linattn_core.kernels.linear_attention.forward import as_operand, segment_length
+from linattn_core.kernels.linear_attention.forward import dot_state, segment_length
 from linattn_core.kernels.tiles import tiles
 
 
@@ -132,8 +137,8 @@ def segment_dq_kernel(
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i, read when NORMALIZE
-    hs,  # [B, H, NS, K, V] float32 the segments' Σ kᵀv
-    zs,  # [B, H, NS, K] float32 Σ k, read when NORMALIZE
+    hs,  # [B, H, NS, K, V] float32 Σ kᵀv over the segments up to each (prefix sums)
+    zs,  # [B, H, NS, K] float32 Σ k likewise, read when NORMALIZE
     dq,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
     N,
     L,
@@ -154,8 +159,8 @@ def segment_dq_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t
     b_z = tl.zeros([BK], dtype=tl.float32)  # z_t
-    for i_p in range(i_s):
-        row = i_bh * NS + i_p
+    if i_s > 0:  # the sums up to the segment before this one (prefix sums, by the launcher)
+        row = i_bh * NS + i_s - 1
         b_h += tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])
         if NORMALIZE:
             b_z += tl.load(zs + row * K + o_k)
@@ -174,8 +179,7 @@ def segment_dq_kernel(
         if NORMALIZE:  # a, in the first value tile's share only
             b_a = tl.load(a + i_bh * N + o_t, mask=m_t & (i_v == 0), other=0.0)
         b_m = chunk_scores(b_do, b_v, b_a, causal, NORMALIZE)
-        b_ho, scale = as_operand(b_h, b_do.dtype)
-        b_dq = dot(b_do, tl.trans(b_ho), None) * scale  # g S_tᵀ
+        b_dq = dot_state(b_do, tl.trans(b_h), NORMALIZE)  # g S_tᵀ, which a z_tᵀ cancels
         b_dq = dot(b_m.to(b_k.dtype), b_k, b_dq)
         if NORMALIZE:
             b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
@@ -193,8 +197,8 @@ def segment_dk_kernel(
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i, read when NORMALIZE
-    ds,  # [B, H, NS, K, V] float32 the segments' Σ r qᵀg
-    ys,  # [B, H, NS, K] float32 Σ r a q, read when NORMALIZE
+    ds,  # [B, H, NS, K, V] float32 Σ r qᵀg over the segments up to each (prefix sums)
+    ys,  # [B, H, NS, K] float32 Σ r a q likewise, read when NORMALIZE
     dk,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
     N,
     L,
@@ -215,11 +219,16 @@ def segment_dk_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     b_d = tl.zeros([BK, BV], dtype=tl.float32)  # D_t
     b_y = tl.zeros([BK], dtype=tl.float32)  # y_t
-    for i_p in range(i_s, NS):
-        row = i_bh * NS + i_p
-        b_d += tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
+    first = i_v == 0  # y belongs to the first value tile's share
+    row = i_bh * NS + NS - 1  # the sums over all segments, less those before this one
+    b_d += tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
+    if NORMALIZE:
+        b_y += tl.load(ys + row * K + o_k, mask=(o_k < K) & first, other=0.0)
+    if i_s > 0:
+        row = i_bh * NS + i_s - 1
+        b_d -= tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
         if NORMALIZE:
-            b_y += tl.load(ys + row * K + o_k, mask=(o_k < K) & (i_v == 0), other=0.0)
+            b_y -= tl.load(ys + row * K + o_k, mask=(o_k < K) & first, other=0.0)
     out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dk
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -243,8 +252,7 @@ def segment_dk_kernel(
             b_d -= dot(tl.trans(b_q), b_do, None)
             b_m = chunk_scores(b_do, b_v, None, causal, NORMALIZE)
             b_dk = dot(tl.trans(b_m).to(b_q.dtype), b_q, None)
-        b_dop, scale = as_operand(b_d, b_v.dtype)
-        b_dk += dot(b_v, tl.trans(b_dop), None) * scale  # v D_tᵀ
+        b_dk += dot_state(b_v, tl.trans(b_d), NORMALIZE)  # v D_tᵀ, which y_t cancels
         p_dk = dk + (out * N + o_t[:, None]) * K + o_k[None, :]
         tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
 
@@ -274,8 +282,9 @@ def segment_dv_kernel(
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     b_d = tl.zeros([BK, BV], dtype=tl.float32)  # D_t
-    for i_p in range(i_s, NS):
-        b_d += tl.load(ds + ((i_bh * NS + i_p) * K + o_k[:, None]) * V + o_v[None, :])
+    b_d += tl.load(ds + ((i_bh * NS + NS - 1) * K + o_k[:, None]) * V + o_v[None, :])
+    if i_s > 0:  # the sums over all segments, less those before this one
+        b_d -= tl.load(ds + ((i_bh * NS + i_s - 1) * K + o_k[:, None]) * V + o_v[None, :])
     out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of dv
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -296,8 +305,7 @@ def segment_dv_kernel(
         else:
             b_d -= dot(tl.trans(b_q), b_do, None)
             b_dv = dot(b_s.to(b_do.dtype), b_do, None)
-        b_dop, scale = as_operand(b_d, b_do.dtype)
-        b_dv += dot(b_k, b_dop, None) * scale  # k_j D_t
+        b_dv += dot_state(b_k, b_d, False)  # k_j D_t
         p_dv = dv + (out * N + o_t[:, None]) * V + o_v[None, :]
         tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
 
@@ -305,9 +313,10 @@ def segment_dv_kernel(
 def chunk_linear_attention_bwd(q, k, v, o, rden, do, *, chunk_size, arch, segment=None):
     """Gradients (dq, dk, dv) of causal linear attention for the output gradient `do`.
 
-    `o` and `rden` are the forward's output and r (both None without normalization); every tensor
-    contiguous `(B, H, N, ·)`; `arch` selects the tiles (`tiles.py`); `segment` chunks per
-    segment (default `segment_length`).
+    `o` and `rden` are the forward's output (in float32: `chunk_linear_attention_fwd`'s
+    keep_float32) and r, both None without normalization; every tensor contiguous `(B, H, N, ·)`;
+    `arch` selects the tiles (`tiles.py`); `segment` chunks per segment (default
+    `segment_length`).
     """
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
@@ -343,6 +352,8 @@ def chunk_linear_attention_bwd(q, k, v, o, rden, do, *, chunk_size, arch, segmen
         else (None, None)
     )
     launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, a, hs, zs, ds, ys)
+    for sums in (hs, zs, ds, ys) if normalize else (hs, ds):
+        sums.cumsum_(dim=2)  # prefix sums over the segments
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     launch(segment_dq_kernel, "segment_dq", k, v, do, rden, a, hs, zs, shares_of=dq)
     launch(segment_dk_kernel, "segment_dk", q, v, do, rden, a, ds, ys, shares_of=dk)

@@ -12,9 +12,10 @@ cut into segments of L chunks that run in parallel:
 
 1. `segment_sums_kernel`: one program per segment (and state tile) adds up its segment's
    Σ k_jᵀ v_j and Σ k_j, reading k and v once;
-2. `segment_output_kernel`: one program per segment (and value tile) starts from the sum of
-   the segments before its own and walks its L chunks in order, keeping S_t and z_t in
-   registers, and writes the outputs; it reads q, k and v once.
+2. `segment_output_kernel`: one program per segment (and state tile) starts from the sum of
+   the segments before its own (torch's cumsum turns the segments' sums into prefix sums in
+   between) and walks its L chunks in order, keeping S_t and z_t in registers, and writes the
+   outputs; it reads q, k and v once.
 
 No state is ever stored per chunk: the pass moves q, k, v, o and k, v once more, 6·N·d values,
 against 4·N·d at the least, and its sequential depth is L chunks instead of N/C. L is chosen so
@@ -26,7 +27,7 @@ Precision: the matrix products take 16-bit inputs as they are, on their own tens
 float32 inputs as three TF32 products (`dot`); all accumulate in float32, and the states stay
 float32 in registers. A state enters a product as a 16-bit operand: for float16, whose range
 ends at 65504 (a sum over 100k tokens passes it), divided by its largest magnitude, which then
-multiplies the float32 product (`as_operand`).
+multiplies the float32 product (`dot_state`).
 
 Layout: q, k `(B, H, N, K)` and v `(B, H, N, V)` contiguous; K, V multiples of the tiles BK, BV.
 """
@@ -43,13 +44,19 @@ PROGRAMS_PER_SM = 4  # programs the segments should give each multiprocessor
 
 
 @triton.jit
-def as_operand(x, dtype: tl.constexpr):
-    """A float32 tile as an operand of `dtype` and the factor its product must be multiplied by:
-    for float16 x / max|x| (float16's largest number is 65504), else x as it is and 1."""
-    if dtype == tl.float16:
-        scale = tl.maximum(tl.max(tl.abs(x)), 1e-30)
-        return (x / scale).to(dtype), scale
-    return x.to(dtype), 1.0
+def dot_state(x, b_s, TWO_TERMS: tl.constexpr):
+    """x @ S for a float32 state S, which enters the product as an operand of x's dtype: for
+    float16, whose largest number is 65504, S / max|S|, and the product is scaled back. With
+    TWO_TERMS (16-bit x), S = S_hi + S_lo, two products and about 16 more bits, where the product
+    is one of two terms that cancel (normalized attention's g Sᵀ − (g·o) zᵀ in dq)."""
+    scale = 1.0
+    if x.dtype == tl.float16:
+        scale = tl.maximum(tl.max(tl.abs(b_s)), 1e-30)
+    b_hi = (b_s / scale).to(x.dtype)
+    b_o = dot(x, b_hi, None)
+    if TWO_TERMS and x.dtype != tl.float32:
+        b_o = dot(x, (b_s / scale - b_hi.to(tl.float32)).to(x.dtype), b_o)
+    return b_o * scale
 
 
 @triton.jit(do_not_specialize=["N", "L"])
@@ -96,9 +103,10 @@ def segment_output_kernel(
     q,  # [B, H, N, K]
     k,  # [B, H, N, K]
     v,  # [B, H, N, V]
-    hs,  # [B, H, NS, K, V] float32 segment sums, from segment_sums_kernel
-    zs,  # [B, H, NS, K] float32 segment key sums, read when NORMALIZE
+    hs,  # [B, H, NS, K, V] float32 Σ kᵀv over the segments up to each (inclusive prefix sums)
+    zs,  # [B, H, NS, K] float32 Σ k likewise, read when NORMALIZE
     o,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's numerator
+    o32,  # [B, H, N, V] float32 written when given (one feature tile): o before its rounding
     rden,  # [B, H, N] float32 r, or [K/BK, B, H, N]: each feature tile's denominator
     N,
     L,
@@ -122,8 +130,8 @@ def segment_output_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t, this program's tile
     b_z = tl.zeros([BK], dtype=tl.float32)  # z_t, this program's features
-    for i_p in range(i_s):  # the segments before this one
-        row = i_bh * NS + i_p
+    if i_s > 0:  # the sums up to the segment before this one (prefix sums, by the launcher)
+        row = i_bh * NS + i_s - 1
         b_h += tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])
         if NORMALIZE:
             b_z += tl.load(zs + row * K + o_k)
@@ -138,8 +146,7 @@ def segment_output_kernel(
         b_q = tl.load(p_q, mask=m_t[:, None], other=0.0)
         b_k = tl.load(p_k, mask=m_t[None, :], other=0.0)
         b_v = tl.load(p_v, mask=m_t[:, None], other=0.0)
-        b_ho, scale = as_operand(b_h, b_q.dtype)
-        b_o = dot(b_q, b_ho, None) * scale  # q_i S_t
+        b_o = dot_state(b_q, b_h, False)  # q_i S_t
         b_a = tl.where(causal, dot(b_q, b_k, None), 0.0)  # q_i·k_j within the chunk
         b_o = dot(b_a.to(b_v.dtype), b_v, b_o)
         if NORMALIZE:
@@ -150,8 +157,10 @@ def segment_output_kernel(
             if i_v == 0:
                 tl.store(rden + out * N + o_t, b_den, mask=m_t)
             b_z += tl.sum(b_k.to(tl.float32), axis=1)
-        p_o = o + (out * N + o_t[:, None]) * V + o_v[None, :]
-        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_t[:, None])
+        rows = (out * N + o_t[:, None]) * V + o_v[None, :]
+        tl.store(o + rows, b_o.to(o.dtype.element_ty), mask=m_t[:, None])
+        if o32 is not None:
+            tl.store(o32 + rows, b_o, mask=m_t[:, None])
         b_h = dot(b_k, b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
 
 
@@ -184,10 +193,15 @@ def segment_sums(k, v, *, normalize, chunk_size, segment, arch):
     return hs, zs
 
 
-def chunk_linear_attention_fwd(q, k, v, *, normalize, eps, chunk_size, arch, segment=None):
+def chunk_linear_attention_fwd(
+    q, k, v, *, normalize, eps, chunk_size, arch, segment=None, keep_float32=False
+):
     """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, r `(B, H, N)` float32 or
-    None). Inputs contiguous `(B, H, N, ·)`; `arch` selects the tiles (`tiles.py`); `segment`
-    chunks per segment (default `segment_length`)."""
+    None, o in float32 or None). Inputs contiguous `(B, H, N, ·)`; `arch` selects the tiles
+    (`tiles.py`); `segment` chunks per segment (default `segment_length`); `keep_float32` asks
+    for o before its rounding to v's dtype too (normalized attention's backward pass computes
+    a_i = −g_i·o_i from it: a 16-bit o would lose to rounding what the gradient of φ(q) keeps
+    after a cancellation)."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     tile = tiles("segment_output", arch, d_k, d_v, v.dtype)
@@ -197,21 +211,26 @@ def chunk_linear_attention_fwd(q, k, v, *, normalize, eps, chunk_size, arch, seg
     hs, zs = segment_sums(
         k, v, normalize=normalize, chunk_size=chunk_size, segment=segment, arch=arch
     )
+    for sums in (hs, zs) if normalize else (hs,):
+        sums.cumsum_(dim=2)  # prefix sums over the segments
+    o32 = None
     if split == 1:
         o = torch.empty_like(v)
         rden = q.new_empty(batch, heads, n, dtype=torch.float32) if normalize else None
+        if keep_float32 and v.dtype != torch.float32:
+            o32 = torch.empty_like(v, dtype=torch.float32)
     else:  # each feature tile's share of the numerator and of the denominator
         o = v.new_empty(split, batch, heads, n, d_v, dtype=torch.float32)
         rden = q.new_empty(split, batch, heads, n, dtype=torch.float32) if normalize else None
     grid = (split * d_v // tile.block_v, triton.cdiv(n_chunks, segment), batch * heads)
     segment_output_kernel[grid](
-        q, k, v, hs, zs, o, rden, n, segment, eps, d_k, d_v, chunk_size, NORMALIZE=normalize,
-        **tile.launch_options,
+        q, k, v, hs, zs, o, o32, rden, n, segment, eps, d_k, d_v, chunk_size,
+        NORMALIZE=normalize, **tile.launch_options,
     )  # fmt: skip
     if split == 1:
-        return o, rden
+        return o, rden, o32 if o32 is not None else (o if keep_float32 else None)
     o = o.sum(dim=0)
     if normalize:
         rden = 1.0 / (rden.sum(dim=0) + eps)
         o = o * rden[..., None]
-    return o.to(v.dtype), rden
+    return o.to(v.dtype), rden, o if keep_float32 else None

@@ -8,8 +8,9 @@ public function. With s_ij = φ(q_i)·φ(k_j), the forward pass computes
 
     o_i = r_i Σ_{j ≤ i} s_ij v_j,    r_i = 1 / (Σ_{j ≤ i} s_ij + ε)    (r_i = 1 unnormalized)
 
-and saves its inputs, its output and the N numbers r_i; the backward pass applies the chain rule
-of the book's first chapter (the denominator is the numerator of a value column of ones),
+and saves its inputs, its output (in float32) and the N numbers r_i; the backward pass applies
+the chain rule of the book's first chapter (the denominator is the numerator of a value column
+of ones),
 
     ∂L/∂φ(q_i) = r_i Σ_{j ≤ i} (g_i·v_j + a_i) φ(k_j),      a_i = −g_i·o_i
     ∂L/∂φ(k_j) = Σ_{i ≥ j} r_i (g_i·v_j + a_i) φ(q_i)
@@ -42,8 +43,11 @@ class CausalLinearAttention(torch.autograd.Function):
         if v.numel() == 0:  # no tokens or no heads: nothing to launch
             ctx.save_for_backward(q, k, v, None, None)
             return torch.empty_like(v)
-        o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=eps, **ctx.options)
-        ctx.save_for_backward(q, k, v, o if normalize else None, rden)
+        keep = normalize and any(ctx.needs_input_grad[:3])  # the backward's a = −g·o needs o
+        o, rden, o32 = chunk_linear_attention_fwd(
+            q, k, v, normalize=normalize, eps=eps, keep_float32=keep, **ctx.options
+        )
+        ctx.save_for_backward(q, k, v, o32, rden)
         return o
 
     @staticmethod

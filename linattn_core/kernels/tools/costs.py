@@ -1,29 +1,33 @@
-"""What each Triton kernel computes and moves, read off its loops, and the time the roofline
-predicts for it from a GPU's published peaks: a prediction, not a measurement.
+"""What each kernel of causal linear attention computes and moves, read off its loops, and the
+time the roofline predicts for it from a GPU's peaks: a prediction, not a measurement.
 
-For B·H heads, N tokens in NT = ⌈N/C⌉ chunks, the launcher's tiles BK × BV (so K/BK feature
-tiles and V/BV value tiles, K = d, V = d_v) and itemsize b, every program's loads and stores
-are counted (a tile that several programs load counts once for each: traffic between the
-multiprocessors and the L2 cache or memory, an upper bound on what reaches memory), and FLOPs
-are those of the matrix products, 2 per multiply-add, over whole chunks (a GPU computes the
-padded rows of the last chunk too). Per head:
+For B·H heads, N tokens in NT = ⌈N/C⌉ chunks and NS segments of L chunks (`segment_length`),
+the launcher's tiles BK × BV (nk = K/BK feature tiles and nv = V/BV value tiles, K = d,
+V = d_v) and itemsize b, every program's loads and stores are counted (a tile that several
+programs load counts once for each: traffic between the multiprocessors and the L2 cache or
+memory, an upper bound on what reaches memory), and FLOPs are those of the matrix products,
+2 per multiply-add, over whole chunks. Per head:
 
-    state walks    read each chunk's C × BK and C × BV tiles once per program and write the
-                   NT + 1 states: b·(NT·C·(K·V/BV + V·K/BK) + (NT + 1)·K·V) bytes, 2·NT·C·K·V FLOPs;
-    output, dv     per chunk and value tile: two C × K tiles, the state's K × BV slice, and the
-                   C × BV tiles in and out: b·NT·(2·C·K·V/BV + K·V + 2·C·V) bytes,
-                   2·NT·(C·K·V + C²·K·V/BV + C²·V) FLOPs;
-    dq and dk      per chunk and feature tile: v and do, both states' slices, q, k, dq, dk:
-                   b·NT·(2·C·V·K/BK + 2·K·V + 4·C·K) bytes,
-                   2·NT·(C²·V·K/BK + 2·C·K·V + 2·C²·K) FLOPs;
+    segment sums     k and v once per tile program, the float32 sums out:
+                     b·NT·C·(K·nv + V·nk) + 4·NS·K·V bytes, 2·NT·C·K·V FLOPs (the backward's
+                     kernel reads q and g too, and writes two sums);
+    output           the prefix sum before its segment (NS − 1 state tiles in all), q and k once
+                     per value tile, v once per feature tile, o out:
+                     4·(NS − 1)·K·V + b·NT·C·(2·K·nv + V·nk) + b·NT·C·V bytes (nk = 1),
+                     2·NT·(2·C·K·V + C²·K·nv + C²·V·nk) FLOPs;
+    dq, dk, dv       the same pattern over their own inputs; dk and dv read the prefix sum of
+                     every segment and the one before theirs, 2·NS − 1 state tiles in all;
 
-plus the float32 vectors of the normalizer (r, a, z, y, W: 4 bytes a number), and in the backward
-pass the recomputed forward states and torch's a = −g·o. `tests/kernels/test_costs.py` checks
-every count against what the kernels do in the Triton interpreter. The roofline time of a kernel
-is max(FLOPs / P, bytes / β), with P the peak rate of its operands' tensor cores (float32 runs as
-three TF32 products: a third of the TF32 rate, which is half the 16-bit one) and β the memory
-bandwidth; a pass takes the sum over its kernels. Real kernels reach a fraction of both peaks;
-occupancy, launch latency and the sequential walk of the state kernels are not in the model.
+plus the float32 vectors of the normalizer (r, a, z, y: 4 bytes a number), the float32 shares
+of a gradient whose sum runs over several tiles (nk > 1 or nv > 1), the second product of a
+16-bit state where normalization makes two terms cancel (`dot_state`), and torch's prefix sums
+and a = −g·o.
+`tests/kernels/test_costs.py` checks every count against what the kernels do in the
+Triton interpreter. The roofline time of a kernel is max(FLOPs / P, bytes / β), with P the peak
+rate of its operands' tensor cores (float32 runs as three TF32 products: a third of the TF32
+rate, which is half the 16-bit one) and β the memory bandwidth; a pass takes the sum over its
+kernels. Real kernels reach a fraction of both peaks; occupancy, launch latency and the
+sequential walk within a segment are not in the model.
 """
 
 from dataclasses import dataclass
@@ -32,7 +36,8 @@ import torch
 import triton
 
 from linattn_core.costs import flop_count, traffic_bytes
-from linattn_core.kernels.tiles import tiles
+from linattn_core.kernels.linear_attention.forward import MAX_SEGMENTS, PROGRAMS_PER_SM
+from linattn_core.kernels.tiles import kernel_chunk, tiles
 
 
 @dataclass(frozen=True)
@@ -41,13 +46,14 @@ class Peaks:
 
     name: str
     arch: int  # compute capability, for the kernels' tiles
+    multiprocessors: int  # for the segments' length
     tensor_flops: float  # bfloat16 / float16 tensor cores, dense, FLOP/s
     bandwidth: float  # HBM, bytes/s
 
 
 PUBLISHED_PEAKS = {
-    "A100": Peaks("A100 SXM4 80GB", 80, 312e12, 2.039e12),
-    "H100": Peaks("H100 SXM5 80GB", 90, 989e12, 3.35e12),
+    "A100": Peaks("A100 SXM4 80GB", 80, 108, 312e12, 2.039e12),
+    "H100": Peaks("H100 SXM5 80GB", 90, 132, 989e12, 3.35e12),
 }
 
 
@@ -63,25 +69,99 @@ class KernelCost:
         return max(self.flops / rate, self.bytes / peaks.bandwidth)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """One call's sizes: B·H, N, d, d_v, the kernels' chunk C, dtype, normalization, architecture,
+    chunks per segment."""
+
+    bh: int
+    n: int
+    d: int
+    d_v: int
+    c: int
+    dtype: torch.dtype
+    normalize: bool
+    arch: int
+    segment: int
+
+    @property
+    def b(self):
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def nt(self):
+        return triton.cdiv(self.n, self.c)
+
+    @property
+    def ns(self):
+        return triton.cdiv(self.nt, self.segment)
+
+    def tiles(self, kernel):
+        """(nk, nv): the feature and value tiles of `kernel`."""
+        tile = tiles(kernel, self.arch, self.d, self.d_v, self.dtype)
+        return self.d // tile.block_k, self.d_v // tile.block_v
+
+    @property
+    def two_terms(self):
+        """Products of a state that take two operands (normalized, 16-bit: `dot_state`)."""
+        return 2 if self.normalize and self.dtype != torch.float32 else 1
+
+
+def _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors):
+    if segment is None:
+        multiprocessors = multiprocessors or {80: 108, 90: 132}[90 if arch == 90 else 80]
+        tile = tiles("segment_output", arch, d, d_v, dtype)
+        programs = batch_heads * (d // tile.block_k) * (d_v // tile.block_v)
+        chunks = triton.cdiv(n, chunk_size)
+        wanted = -(-PROGRAMS_PER_SM * multiprocessors // programs)
+        segment = -(-chunks // max(1, min(wanted, MAX_SEGMENTS, chunks)))
+    return _Shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment)
+
+
 def forward_costs(
-    batch_heads, n, d, d_v, *, chunk_size=64, dtype=torch.bfloat16, normalize=True, arch=90
+    batch_heads,
+    n,
+    d,
+    d_v,
+    *,
+    chunk_size=64,
+    dtype=torch.bfloat16,
+    normalize=True,
+    arch=90,
+    segment=None,
+    multiprocessors=None,
+    keep_float32=False,
 ):
-    """The kernels of the forward pass and what each does: [states, output]."""
-    shape = _Shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch)
-    return [_state_walk("states_fwd", shape), _per_value_tile("output", shape)]
+    """The kernels of the forward pass and what each does: [segment sums, their prefix sums
+    (torch), output]. `chunk_size`
+    is the kernels' C; `segment` chunks per segment, or None for `segment_length` on a GPU of
+    `multiprocessors` (the architecture's: 108 on sm_80, 132 on sm_90); `keep_float32` the
+    float32 output the backward pass of normalized attention reads."""
+    s = _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors)
+    return [_sums(s), _prefix_sums(s, 1), _output(s, keep_float32)]
 
 
 def backward_costs(
-    batch_heads, n, d, d_v, *, chunk_size=64, dtype=torch.bfloat16, normalize=True, arch=90
+    batch_heads,
+    n,
+    d,
+    d_v,
+    *,
+    chunk_size=64,
+    dtype=torch.bfloat16,
+    normalize=True,
+    arch=90,
+    segment=None,
+    multiprocessors=None,
 ):
-    """The kernels of the backward pass: [recomputed forward states, a = −g·o in torch (when
-    normalized), backward states, dv, dq and dk]."""
-    shape = _Shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch)
-    costs = [_state_walk("states_fwd", shape)]
-    if normalize:  # reads g and o, writes a
-        moved = batch_heads * n * (2 * d_v * shape.itemsize + 4)
-        costs.append(KernelCost("a = −g·o (torch)", 2 * batch_heads * n * d_v, moved))
-    return [*costs, _state_walk("states_bwd", shape), _per_value_tile("dv", shape), _dqk(shape)]
+    """The kernels of the backward pass: [a = −g·o in torch (when normalized), segment sums,
+    their prefix sums (torch), dq, dk, dv]."""
+    s = _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors)
+    costs = []
+    if normalize:  # reads g and the float32 o, writes a
+        moved = s.bh * s.n * (s.d_v * (s.b + 4) + 4)
+        costs.append(KernelCost("a = −g·o (torch)", 2 * s.bh * s.n * s.d_v, moved))
+    return [*costs, _sums_bwd(s), _prefix_sums(s, 2), _dq(s), _dk(s), _dv(s)]
 
 
 def predicted_seconds(costs, peaks, dtype):
@@ -89,12 +169,20 @@ def predicted_seconds(costs, peaks, dtype):
     return sum(cost.seconds(peaks, dtype) for cost in costs)
 
 
-def linear_attention_costs(batch_heads, n, d, *, mode="fwd", dtype=torch.bfloat16, arch=90):
-    """The kernels of causal linear attention (d_v = d, normalized, C = 64): the forward pass, or
-    with mode="fwd+bwd" the forward and the backward pass."""
-    options = {"dtype": dtype, "arch": arch}
-    costs = forward_costs(batch_heads, n, d, d, **options)
-    return costs + (backward_costs(batch_heads, n, d, d, **options) if mode == "fwd+bwd" else [])
+def linear_attention_costs(batch_heads, n, d, *, mode="fwd", dtype=torch.bfloat16, peaks=None):
+    """The kernels that `linear_attention(..., method="triton")` runs (d_v = d, normalized, the
+    kernels' chunk for `dtype`) on `peaks` (default: the H100's): the forward pass, or with
+    mode="fwd+bwd" the forward and the backward pass."""
+    peaks = peaks or PUBLISHED_PEAKS["H100"]
+    options = {
+        "chunk_size": kernel_chunk(64, dtype),
+        "dtype": dtype,
+        "arch": peaks.arch,
+        "multiprocessors": peaks.multiprocessors,
+    }
+    backward = mode == "fwd+bwd"
+    costs = forward_costs(batch_heads, n, d, d, keep_float32=backward, **options)
+    return costs + (backward_costs(batch_heads, n, d, d, **options) if backward else [])
 
 
 def softmax_costs(batch_heads, n, d, *, mode="fwd", dtype=torch.bfloat16):
@@ -116,7 +204,7 @@ def roofline_crossover_length(
     crossover = None
     for n in range(longest, 0, -64):
         linear = predicted_seconds(
-            linear_attention_costs(batch_heads, n, d, mode=mode, dtype=dtype, arch=peaks.arch),
+            linear_attention_costs(batch_heads, n, d, mode=mode, dtype=dtype, peaks=peaks),
             peaks,
             dtype,
         )
@@ -129,68 +217,84 @@ def roofline_crossover_length(
     return crossover
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """One launch's sizes: B·H, N, d, d_v, C, dtype, normalization, architecture."""
-
-    bh: int
-    n: int
-    d: int
-    d_v: int
-    c: int
-    dtype: torch.dtype
-    normalize: bool
-    arch: int
-
-    @property
-    def itemsize(self):
-        return torch.empty((), dtype=self.dtype).element_size()
-
-    @property
-    def nt(self):
-        return triton.cdiv(self.n, self.c)
-
-    def tiles(self, kernel):
-        """(feature tiles K/BK, value tiles V/BV) of `kernel`."""
-        tile = tiles(kernel, self.arch, self.d, self.d_v, self.dtype)
-        return self.d // tile.block_k, self.d_v // tile.block_v
-
-
-def _state_walk(kernel, s):
-    """states_fwd or states_bwd: a program per state tile walks all chunks."""
-    feature_tiles, value_tiles = s.tiles(kernel)
-    reads = s.nt * s.c * (s.d * value_tiles + s.d_v * feature_tiles) * s.itemsize
-    writes = (s.nt + 1) * s.d * s.d_v * s.itemsize
-    vectors = (s.nt + 1) * s.d * 4 if s.normalize else 0  # z or y
-    if kernel == "states_bwd":  # every program loads W at each boundary, and r, a per token
-        per_program = (s.nt + 1) + (2 * s.nt * s.c if s.normalize else 0)
-        vectors += per_program * 4 * feature_tiles * value_tiles
-    flops = 2 * s.nt * s.c * s.d * s.d_v
-    return KernelCost(f"chunk_{kernel}_kernel", s.bh * flops, s.bh * (reads + writes + vectors))
-
-
-def _per_value_tile(kernel, s):
-    """output or dv: a program per chunk and value tile reads two C × K tiles, a K × BV slice of a
-    state and a C × BV tile, and writes one."""
-    _, value_tiles = s.tiles(kernel)
-    moved = s.nt * (2 * s.c * s.d * value_tiles + s.d * s.d_v + 2 * s.c * s.d_v) * s.itemsize
-    if kernel == "output" and s.normalize:
-        moved += s.nt * (s.d * value_tiles + s.c) * 4  # z per value tile; r stored once
-    if kernel == "dv":
-        moved += s.nt * value_tiles * 4 * (1 + (s.c if s.normalize else 0))  # W, and r
-    flops = 2 * s.nt * (s.c * s.d * s.d_v + s.c * s.c * s.d * value_tiles + s.c * s.c * s.d_v)
-    name = "chunk_output_fwd_kernel" if kernel == "output" else "chunk_dv_bwd_kernel"
+def _per_head(name, s, flops, moved):
     return KernelCost(name, s.bh * flops, s.bh * moved)
 
 
-def _dqk(s):
-    """dq and dk: a program per chunk and feature tile walks the values."""
-    feature_tiles, _ = s.tiles("dqk")
-    moved = s.nt * (2 * s.c * s.d_v * feature_tiles + 2 * s.d * s.d_v + 4 * s.c * s.d) * s.itemsize
-    moved += s.nt * feature_tiles * 4  # W
+def _out_bytes(s, shares):
+    """Bytes a gradient or output element costs: its dtype, or float32 when it has shares."""
+    return s.b if shares == 1 else 4
+
+
+def _prefix_sums(s, states):
+    """torch's cumsum over the segments of `states` state sums (and of their vectors)."""
+    moved = 8 * states * s.ns * (s.d * s.d_v + (s.d if s.normalize else 0))
+    return _per_head("prefix sums (torch)", s, 0, moved)
+
+
+def _sums(s):
+    nk, nv = s.tiles("segment_sums")
+    moved = s.b * s.nt * s.c * (s.d * nv + s.d_v * nk) + 4 * s.ns * s.d * s.d_v
+    moved += 4 * s.ns * s.d if s.normalize else 0  # z, by the first value tile
+    return _per_head("segment_sums_kernel", s, 2 * s.nt * s.c * s.d * s.d_v, moved)
+
+
+def _output(s, keep_float32):
+    nk, nv = s.tiles("segment_output")
+    before = s.ns - 1  # prefix sums read before the walks (none by the first segment)
+    moved = 4 * before * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
+    moved += s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
+    moved += _out_bytes(s, nk) * s.nt * s.c * s.d_v * nk
+    if keep_float32 and nk == 1 and s.dtype != torch.float32:
+        moved += 4 * s.nt * s.c * s.d_v
+    if s.normalize:  # r (or each feature tile's denominator), by the first value tile
+        moved += 4 * s.nt * s.c * nk
+    c = s.c
+    flops = 2 * s.nt * (2 * c * s.d * s.d_v + c * c * s.d * nv + c * c * s.d_v * nk)
+    return _per_head("segment_output_kernel", s, flops, moved)
+
+
+def _sums_bwd(s):
+    nk, nv = s.tiles("segment_sums_bwd")
+    moved = s.b * s.nt * s.c * (2 * s.d * nv + 2 * s.d_v * nk) + 8 * s.ns * s.d * s.d_v
+    if s.normalize:  # r and a per program, z and y by the first value tile
+        moved += 8 * s.nt * s.c * nk * nv + 8 * s.ns * s.d
+    return _per_head("segment_sums_bwd_kernel", s, 4 * s.nt * s.c * s.d * s.d_v, moved)
+
+
+def _dq(s):
+    nk, nv = s.tiles("segment_dq")
+    before = s.ns - 1
+    moved = 4 * before * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
+    moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
+    if s.normalize:  # r per program, a in the first value tile's
+        moved += 4 * s.nt * s.c * (nk * nv + nk)
+    moved += _out_bytes(s, nv) * s.nt * s.c * s.d * nv
+    c, kv = s.c, s.d * s.d_v
+    flops = 2 * s.nt * (c * c * s.d_v * nk + (s.two_terms + 1) * c * kv + c * c * s.d * nv)
+    return _per_head("segment_dq_kernel", s, flops, moved)
+
+
+def _dk(s):
+    nk, nv = s.tiles("segment_dk")
+    after = 2 * s.ns - 1  # prefix sums read before the walks: all segments, less those before
+    moved = 4 * after * (s.d * s.d_v + (s.d if s.normalize else 0))
+    moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
     if s.normalize:
-        moved += s.nt * (2 * s.c * feature_tiles + 2 * s.d) * 4  # r, a per feature tile; z, y
-    flops = (
-        2 * s.nt * (s.c * s.c * s.d_v * feature_tiles + 2 * s.c * s.d * s.d_v + 2 * s.c * s.c * s.d)
-    )
-    return KernelCost("chunk_dqk_bwd_kernel", s.bh * flops, s.bh * moved)
+        moved += 4 * s.nt * s.c * (nk * nv + nk)
+    moved += _out_bytes(s, nv) * s.nt * s.c * s.d * nv
+    c, kv = s.c, s.d * s.d_v
+    flops = 2 * s.nt * ((s.two_terms + 1) * c * kv + c * c * s.d_v * nk + c * c * s.d * nv)
+    return _per_head("segment_dk_kernel", s, flops, moved)
+
+
+def _dv(s):
+    nk, nv = s.tiles("segment_dv")
+    after = 2 * s.ns - 1
+    moved = 4 * after * s.d * s.d_v + s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
+    if s.normalize:
+        moved += 4 * s.nt * s.c * nk * nv
+    moved += _out_bytes(s, nk) * s.nt * s.c * s.d_v * nk
+    c, kv = s.c, s.d * s.d_v
+    flops = 2 * s.nt * (c * c * s.d * nv + 2 * c * kv + c * c * s.d_v * nk)
+    return _per_head("segment_dv_kernel", s, flops, moved)

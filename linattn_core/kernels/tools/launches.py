@@ -78,9 +78,11 @@ def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     )
     options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
     with intercepted_launches() as forward:
-        o, rden = chunk_linear_attention_fwd(q, k, v, normalize=normalize, eps=1e-6, **options)
+        _, rden, o = chunk_linear_attention_fwd(
+            q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
+        )
     with intercepted_launches() as backward:
-        chunk_linear_attention_bwd(q, k, v, o if normalize else None, rden, do, **options)
+        chunk_linear_attention_bwd(q, k, v, o, rden, do, **options)
     return [("forward", launch) for launch in forward] + [
         ("backward", launch) for launch in backward
     ]

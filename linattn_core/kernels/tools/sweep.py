@@ -28,36 +28,21 @@ from linattn_core.kernels.linear_attention import forward as linear_forward
 VARIANTS = (
     ("linear", "table", {}),
     ("linear", "2 programs per SM", {"PROGRAMS_PER_SM": 2}),
-    ("linear", "8 programs per SM", {"PROGRAMS_PER_SM": 8}),
-    ("linear", "output: 8 warps", {"segment_output": {"num_warps": 8}}),
     ("linear", "output: 3 stages", {"segment_output": {"num_stages": 3}}),
-    ("linear", "sums: 8 warps", {"segment_sums": {"num_warps": 8}}),
     (
         "linear",
         "dq, dk, dv: 8 warps",
         {k: {"num_warps": 8} for k in ("segment_dq", "segment_dk", "segment_dv")},
     ),
-    (
-        "linear",
-        "dq, dk, dv: 3 stages",
-        {k: {"num_stages": 3} for k in ("segment_dq", "segment_dk", "segment_dv")},
-    ),
     ("delta", "table", {}),
+    ("delta", "prepare: 2 warps", {"delta_prepare": {"num_warps": 2}}),
+    ("delta", "prepare: 8 warps", {"delta_prepare": {"num_warps": 8}}),
+    (
+        "delta",
+        "walks: 2 stages",
+        {k: {"num_stages": 2} for k in ("delta_states", "delta_states_bwd")},
+    ),
     ("delta", "walks: BV 16", {k: {"block_v": 16} for k in ("delta_states", "delta_states_bwd")}),
-    ("delta", "walks: BV 64", {k: {"block_v": 64} for k in ("delta_states", "delta_states_bwd")}),
-    (
-        "delta",
-        "walks: 2 warps",
-        {k: {"num_warps": 2} for k in ("delta_states", "delta_states_bwd")},
-    ),
-    (
-        "delta",
-        "walks: 3 stages",
-        {k: {"num_stages": 3} for k in ("delta_states", "delta_states_bwd")},
-    ),
-    ("delta", "output: BV 32", {"delta_output": {"block_v": 32}}),
-    ("delta", "prepare: 4 warps", {"delta_prepare": {"num_warps": 4}}),
-    ("delta", "dqk: BK 64", {"delta_dqk": {"block_k": 64}}),
 )
 
 
@@ -121,6 +106,52 @@ def time_variant(op, changes, n, mode):
         return do_bench(step, grad_to_none=list(leaves) if backward else None, return_mode="median")
 
 
+def profile(op, n):
+    """Where one forward and backward pass of `op` at N = n (the table's tiles) spends its time:
+    each kernel's GPU time (torch.profiler, the median of 20 calls' sums), and the host's time
+    to issue the forward and the backward pass (after a synchronize, without waiting for them)."""
+    import statistics
+    import time
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from linattn_core.bench.gpu import compared_methods, make_inputs
+
+    method = compared_methods()["linear_triton" if op == "linear" else "delta_triton"]
+    shape = {"B": 1, "H": 16, "N": n, "d": 64}
+    inputs = make_inputs(op, shape, torch.bfloat16, "cuda", requires_grad=True)
+    forward, leaves = method.make(inputs)
+    grad = torch.randn_like(forward())
+    host = {"forward": [], "backward": []}
+    for _ in range(30):
+        for leaf in leaves:
+            leaf.grad = None
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = forward()
+        host["forward"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        out.backward(grad)
+        host["backward"].append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            out = forward()
+            out.backward(grad)
+        torch.cuda.synchronize()
+    kernels = {
+        e.key: e.device_time_total / e.count * 1e-3
+        for e in prof.key_averages()
+        if e.device_time_total > 0
+    }
+    host_ms = {pass_: 1e3 * statistics.median(times) for pass_, times in host.items()}
+    print(f"profile {op} N={n}: host ms {host_ms}", flush=True)
+    for name, ms in sorted(kernels.items(), key=lambda item: -item[1]):
+        print(f"  {ms:8.4f} ms  {name[:90]}", flush=True)
+    return {"op": op, "N": n, "host_ms": host_ms, "kernel_ms": kernels}
+
+
 def main(argv=None):
     from linattn_core.bench.gpu_check import compile_launches, project_commit
     from linattn_core.bench.provenance import provenance
@@ -131,6 +162,9 @@ def main(argv=None):
     )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ns", type=int, nargs="+", default=[16384, 65536])
+    parser.add_argument(
+        "--profile", type=int, nargs="*", default=[], help="N at which to profile each kernel"
+    )
     arguments = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.exit(2, "sweep: needs a CUDA device\n")
