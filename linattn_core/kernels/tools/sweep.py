@@ -161,7 +161,7 @@ def main(argv=None):
         prog="python -m linattn_core.kernels.tools.sweep", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--ns", type=int, nargs="+", default=[16384, 65536])
+    parser.add_argument("--ns", type=int, nargs="*", default=[16384, 65536])
     parser.add_argument(
         "--profile", type=int, nargs="*", default=[], help="N at which to profile each kernel"
     )
@@ -170,8 +170,9 @@ def main(argv=None):
         parser.exit(2, "sweep: needs a CUDA device\n")
     device = torch.device("cuda")
     arch = device_arch(device)
+    variants = VARIANTS if arguments.ns else [v for v in VARIANTS if v[1] == "table"]
     seconds = compile_launches(
-        [launch for op, _, changes in VARIANTS for launch in launches(op, changes, arch)]
+        [launch for op, _, changes in variants for launch in launches(op, changes, arch)]
     )
     print(f"compiled the variants in {seconds:.0f} s", flush=True)
     records = []
@@ -207,10 +208,12 @@ def main(argv=None):
                     f"{op:<7}{n:>7} {mode:<8}{name:<24}{ms:8.3f} ms {ms / base[op]:6.2f}",
                     flush=True,
                 )
+    profiles = [profile(op, n) for n in arguments.profile for op in ("linear", "delta")]
     arguments.out.mkdir(parents=True, exist_ok=True)
     report = {
         "provenance": provenance(device) | {"project_commit": project_commit()},
         "records": records,
+        "profiles": profiles,
     }
     (arguments.out / "tile_sweep.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
