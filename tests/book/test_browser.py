@@ -350,18 +350,7 @@ EXPLORE = """async (root) => {
 }"""
 
 
-# Chapter 10 is being rewritten, and will be re-executed, by its owner (issue 35): its figure still
-# prints a caption of its settings. Strict: the test fails once the chapter passes.
-REWRITTEN = {"chapters/10_scaling.html"}
-EXPLORED = [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="being rewritten (issue 35)"))
-    if p in REWRITTEN
-    else p
-    for p in PAGES
-]
-
-
-@pytest.mark.parametrize("page_path", EXPLORED)
+@pytest.mark.parametrize("page_path", PAGES)
 def test_every_control_of_a_static_figure_changes_it(server, offline_page, page_path):
     """The book's interactive figures work without a kernel: moving any control shows the
     precomputed result of that setting, whose images (files loaded as they are picked) say in
