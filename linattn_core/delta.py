@@ -269,7 +269,7 @@ def deltanet_inputs(*batch, n, d_k, d_v, seed=0, dtype=torch.float64):
 
     q, k, v standard normal with the keys scaled to unit length, rates β uniform on [0, 1) and
     an initial state S_0 standard normal: the regime where the delta rule's triangular systems
-    are well conditioned (every I − β_t k_t k_tᵀ is a contraction). Drawn in float64 from a
+    are well conditioned (every I − β_t k_t k_tᵀ is non-expansive). Drawn in float64 from a
     private generator in the order q, k, v, β, S_0, then cast to `dtype`.
 
     Args:

@@ -319,3 +319,36 @@ def test_committed_peer_comparison_checked_every_peer_first():
     for errors in committed["agreement"].values():
         assert max(errors.values()) < 1e-5
     assert {r["n"] for r in committed["records"]} >= {4096, 16384}
+
+
+def test_gpu_check_table_sets_ours_beside_fla_and_sdpa():
+    from linattn_core.bench.gpu_check import check_line, table
+
+    def row(method, ms, **extra):
+        return (
+            {"op": "linear", "N": 65536, "mode": "fwd", "method": method}
+            | {
+                "median_ms": ms,
+                "peak_bytes": 2**27,
+                "vs_fla": None,
+                "vs_sdpa_best": None,
+            }
+            | extra
+        )
+
+    rows = [
+        row("linear_triton", 0.25, vs_fla=2.0, vs_sdpa_best=72.0, bandwidth_fraction=0.51),
+        row("fla_chunk_linear_attn", 0.5),
+        row("sdpa_flash", 18.0),
+        row("sdpa_cudnn", None),  # skipped: the fastest SDPA backend that ran is shown
+    ]
+    header, line = table(rows)
+    assert header.split()[:4] == ["op", "N", "pass", "ours"]
+    assert line.split() == [
+        "linear", "65536", "fwd", "0.250", "0.500", "18.000", "2.00", "72.00", "128/128/128", "51",
+        "%",
+    ]  # fmt: skip
+    check = {"op": "delta", "dtype": "float16", "d": 64, "N": 777, "flag": False}
+    check |= {"rtol": 2e-3, "errors": {"o": 7e-4, "dq": 3e-3}, "passed": False}
+    assert check_line(check).startswith("FAIL delta  float16  d=64  N=777")
+    assert check_line(check).endswith("o 7.0e-04, dq 3.0e-03 (rtol 0.002)")

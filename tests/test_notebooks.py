@@ -212,21 +212,6 @@ def figure_outputs(cell):
     ]
 
 
-# Chapters 10 and 11 are being rewritten, and will be re-executed, by their owner (issue 35): they
-# get their captions, descriptions and folded cells then. Strict: a test fails once its chapter
-# passes, so that the chapter leaves this set.
-REWRITTEN = {"10_scaling.ipynb", "11_triton.ipynb"}
-
-
-def awaiting_rewrite(paths):
-    return [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="being rewritten (issue 35)"))
-        if p.name in REWRITTEN
-        else p
-        for p in paths
-    ]
-
-
 def frames_html(html):
     """The HTML of an interactive figure: the frame it shows, and every frame its script holds
     (JSON strings)."""
@@ -234,7 +219,7 @@ def frames_html(html):
     return [html, *(json.loads(held.group(1)) if held else [])]
 
 
-@pytest.mark.parametrize("path", awaiting_rewrite(NOTEBOOKS), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_figure_is_numbered_captioned_and_described(path):
     """The book numbers a figure and sets its caption from the cell's `mystnb.figure` metadata;
     its image is described by `mystnb.image.alt` (an interactive figure describes each frame's
@@ -274,7 +259,7 @@ DRAWS = re.compile(r"\bplt\.|\bexplorable\(|\.imshow\(|\.plot\(|\bplot_[a-z_]+\(
 FOLDED = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 
 
-@pytest.mark.parametrize("path", awaiting_rewrite(NOTEBOOKS), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_helper_code_is_folded(path):
     """The book shows the code that is the lesson; the code that only draws a figure, and any
     cell longer than `MAX_SHOWN_LINES`, is folded behind a "Show code cell source" toggle

@@ -5,7 +5,8 @@
 - `METHODS`: the one registry of methods (name, callable, time exponent, memory estimate);
   `parse_method` and `record_name` read and write the '_causal' suffix of the records' names;
 - `estimate_peak_bytes`: the estimate of one call's peak memory that the guard checks;
-- `gpu_benchmark`: our Triton kernel against torch, SDPA's backends and FLA on a CUDA device;
+- `gpu_benchmark`: our Triton kernels against torch, SDPA's backends and FLA on a CUDA device,
+  linear attention and the delta rule (`gpu_check` runs it with the checks, `make gpu-check`);
 - `load_gpu_results`: the committed GPU measurements of a folder, with the measured and the
   predicted crossover length of each comparison;
 - `plot_complexity`: time and memory against N on log-log axes, with fitted slopes (the one

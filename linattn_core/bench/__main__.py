@@ -2,7 +2,8 @@
 
     complexity  time and memory of each method over N = powers of two in [--min-n, --max-n]
     plot        a results file as time and memory against N, log-log, with fitted slopes
-    gpu         the Triton kernel against torch, SDPA's backends and FLA on a CUDA device
+    gpu         the Triton kernels against torch, SDPA's backends and FLA on a CUDA device
+                (linear attention and the delta rule)
     peers       causal linear attention on the CPU against the peer libraries (`bench.peers`)
     auto        parallel against chunked on the CPU over N and d: what method="auto" runs
 
@@ -75,7 +76,9 @@ def _parser():
     gpu.add_argument("--json", required=True, help="output file")
     gpu.add_argument("--modes", default="fwd,fwd+bwd", help="comma-separated: fwd, fwd+bwd")
     gpu.add_argument(
-        "--sweeps", default="crossover,tokens", help="comma-separated: crossover, tokens"
+        "--sweeps",
+        default="crossover,tokens,delta",
+        help="comma-separated: crossover, tokens (linear attention), delta (the delta rule)",
     )
     gpu.add_argument("--no-progress", action="store_true")
     gpu.set_defaults(command_function=_gpu)

@@ -7,17 +7,22 @@ small a tile wastes the tensor cores and re-reads the inputs once per tile. The 
 chosen with `python -m linattn_core.kernels.tools.compile`, which compiles every kernel for A100
 (sm_80) and H100 (sm_90) on a CPU and reports registers, spills, shared memory and occupancy
 (`figures/kernels_compiled.json`): every entry compiles without a spill and within its
-architecture's shared memory. The rules:
+architecture's shared memory, 25 configurations of them with a register budget for ptxas
+(`REGISTER_BUDGETS`). The rules:
 
 - a kernel's tile is its widest block (`WIDEST`) or the head size if smaller: 64 columns for
   16-bit inputs on sm_90 (the tensor cores' 64 × 64 operands), 32 on sm_80, whose products hold
   their operands in registers, and 16 for float32 inputs, whose products run as three TF32
   products (`common.dot`) and need about three times the registers; float32 inputs also run in
   chunks of half the size (`kernel_chunk`);
-- 4 warps for every kernel;
+- 4 warps for every kernel but the delta rule's prepare kernel, which takes 2 (`TWO_WARPS`);
 - 2 pipeline stages; 1 in the delta rule's prepare kernel, whose operands of two would not fit
-  (`ONE_STAGE`); 3 in the delta rule's walks on sm_90 (`THREE_STAGES`), 7 % faster on an H200
-  (`figures/gpu/*/tile_sweep.json`).
+  (`ONE_STAGE`); 3 in the delta rule's walks on sm_90 (`THREE_STAGES`).
+
+The sm_90 entries of the delta rule were measured on an H200 (`figures/gpu/*/tile_sweep.json`,
+each variant against the table of the day, in one run): 8 warps in prepare took 1.6 times as long
+as 4, and 2 warps 0.91 times; walks of 2 stages 1.18 times as long as 3; walks of BV = 16, 0.95
+times BV = 32 (forward, N = 16384, B·H = 16, d = 64).
 
 No autotuning: the Triton interpreter, which tests these kernels on CPUs, runs the same entries,
 and the compile check can prove each one. GPUs other than sm_90 get the sm_80 entries, whose
@@ -80,15 +85,49 @@ WIDEST = {
     "segment_dk": (64, 32, 16),
     "segment_dv": (64, 32, 16),
     "delta_prepare": (16, 16, 16),
-    "delta_states": (32, 32, 16),
+    "delta_states": (16, 32, 16),
     "delta_output": (64, 64, 16),
     "delta_du_local": (64, 32, 16),
-    "delta_states_bwd": (32, 32, 16),
+    "delta_states_bwd": (16, 32, 16),
     "delta_dqk": (32, 32, 16),
     "delta_wy": (16, 16, 16),
 }
 ONE_STAGE = {"delta_prepare"}
-THREE_STAGES = {"delta_states", "delta_states_bwd"}  # on sm_90: 7 % faster (tile_sweep.json)
+THREE_STAGES = {"delta_states", "delta_states_bwd"}  # on sm_90
+TWO_WARPS = {"delta_prepare"}  # its triangular substitution: fewer warps, more programs
+
+# Register budgets (ptxas' `maxnreg`, per thread) for the configurations in which ptxas, left to
+# itself, squeezes a kernel into the registers of one more program per multiprocessor and spills a
+# few bytes to local memory: the smallest budget, in steps of 8, under which none of the
+# configuration's launches spills, found by `python -m linattn_core.kernels.tools.compile
+# --fit-registers`. (kernel, arch, dtype, d_k, d_v) → registers.
+REGISTER_BUDGETS = {
+    ("delta_dqk", 90, "float32", 16, 32): 144,
+    ("delta_dqk", 90, "float32", 64, 32): 144,
+    ("delta_dqk", 90, "float32", 128, 32): 144,
+    ("delta_prepare", 80, "bfloat16", 16, 32): 192,
+    ("delta_prepare", 89, "bfloat16", 16, 32): 192,
+    ("delta_prepare", 90, "float16", 16, 16): 192,
+    ("delta_states", 89, "bfloat16", 64, 64): 104,
+    ("delta_states", 89, "float16", 64, 64): 96,
+    ("delta_states", 89, "float32", 64, 16): 144,
+    ("delta_states", 89, "float32", 64, 128): 144,
+    ("delta_states_bwd", 89, "bfloat16", 64, 32): 104,
+    ("delta_states_bwd", 89, "bfloat16", 64, 64): 104,
+    ("delta_states_bwd", 89, "bfloat16", 64, 128): 104,
+    ("delta_states_bwd", 89, "float16", 64, 32): 104,
+    ("delta_states_bwd", 89, "float16", 64, 64): 104,
+    ("delta_states_bwd", 89, "float16", 64, 128): 104,
+    ("delta_wy", 89, "float32", 32, 16): 144,
+    ("delta_wy", 89, "float32", 32, 32): 136,
+    ("delta_wy", 90, "float32", 32, 16): 136,
+    ("segment_sums", 89, "float16", 32, 128): 72,
+    ("segment_sums", 89, "float16", 64, 64): 104,
+    ("segment_sums", 89, "float16", 128, 64): 104,
+    ("segment_sums", 89, "float32", 32, 32): 136,
+    ("segment_sums", 89, "float32", 64, 32): 136,
+    ("segment_sums", 89, "float32", 128, 32): 136,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,16 +136,18 @@ class Tile:
     block_v: int  # BV: value columns per program (or per loop step)
     num_warps: int
     num_stages: int
+    max_registers: int | None = None  # a budget for ptxas (`REGISTER_BUDGETS`), or its own choice
+
+    @property
+    def run_options(self):
+        """The launch's options for the compiler: warps, stages and a register budget if any."""
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        return options | ({"maxnreg": self.max_registers} if self.max_registers else {})
 
     @property
     def launch_options(self):
-        """The keyword arguments of a launch: BK and BV constexprs, warps, stages."""
-        return {
-            "BK": self.block_k,
-            "BV": self.block_v,
-            "num_warps": self.num_warps,
-            "num_stages": self.num_stages,
-        }
+        """The keyword arguments of a launch: BK and BV constexprs and `run_options`."""
+        return {"BK": self.block_k, "BV": self.block_v} | self.run_options
 
 
 def kernel_chunk(chunk_size, dtype):
@@ -130,4 +171,6 @@ def tiles(kernel, arch, d_k, d_v, dtype):
     widest = WIDEST[kernel][2 if dtype == torch.float32 else 0 if arch == 90 else 1]
     block_k, block_v = min(d_k, widest), min(d_v, widest)
     stages = 1 if kernel in ONE_STAGE else 3 if arch == 90 and kernel in THREE_STAGES else 2
-    return Tile(block_k, block_v, num_warps=4, num_stages=stages)
+    budget = REGISTER_BUDGETS.get((kernel, arch, str(dtype).removeprefix("torch."), d_k, d_v))
+    warps = 2 if kernel in TWO_WARPS else 4
+    return Tile(block_k, block_v, warps, stages, max_registers=budget)

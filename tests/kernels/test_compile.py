@@ -1,33 +1,38 @@
-"""The compile check (`python -m linattn_core.kernels.compile`): it finds what it must find, and the
-committed report describes the kernels as they are. The whole check runs in `make gpu-compile`;
-these tests compile a handful of kernels, in a process without the Triton interpreter."""
+"""The compile check (`python -m linattn_core.kernels.compile`, `kernels/tools/compile.py`): it
+finds what it must find, and the committed report describes the kernels as they are. The whole
+check runs in `make gpu-compile`; these tests compile a handful of kernels, in a process without
+the Triton interpreter."""
 
 import itertools
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
-from linattn_core.kernels.compile import occupancy, status, tile_experiment
-from linattn_core.kernels.launches import DTYPES
-from linattn_core.kernels.tiles import GPU_LIMITS, SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.tiles import GPU_LIMITS, REGISTER_BUDGETS, tiles
+from linattn_core.kernels.tools.compile import occupancy, status, tile_experiment
+from linattn_core.kernels.tools.launches import DTYPES
 from linattn_core.testing import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "figures" / "kernels_compiled.json"
 KERNELS = {
-    "chunk_states_fwd_kernel",
-    "chunk_output_fwd_kernel",
-    "chunk_states_bwd_kernel",
-    "chunk_dv_bwd_kernel",
-    "chunk_dqk_bwd_kernel",
+    "segment_sums_kernel",
+    "segment_output_kernel",
+    "segment_sums_bwd_kernel",
+    "segment_dq_kernel",
+    "segment_dk_kernel",
+    "segment_dv_kernel",
 }
 DELTA_KERNELS = {
     "delta_prepare_kernel",
     "delta_states_kernel",
     "delta_output_kernel",
+    "delta_du_local_kernel",
     "delta_states_bwd_kernel",
     "delta_dqk_kernel",
     "delta_wy_kernel",
@@ -44,8 +49,8 @@ def test_one_configuration_compiles_for_both_architectures_on_their_tensor_cores
     records = compile_in_subprocess(
         """
         import json, torch
-        from linattn_core.kernels import compile as check
-        from linattn_core.kernels.launches import linear_attention_launches
+        from linattn_core.kernels.tools import compile as check
+        from linattn_core.kernels.tools.launches import linear_attention_launches
 
         records = []
         for arch in (80, 90):
@@ -67,17 +72,17 @@ def test_one_configuration_compiles_for_both_architectures_on_their_tensor_cores
     for r in records:
         assert r["status"] == "ok", r
         assert r["spill_bytes"] == 0 and r["programs_per_sm"] >= 2
-        opcode = "HGMMA" if r["arch"] == 90 and r["kernel"] != "chunk_states_bwd_kernel" else "MMA"
+        opcode = "HGMMA" if r["arch"] == 90 else "MMA"
         assert any(opcode in o and o.endswith("BF16") for o in r["mma_opcodes"]), r
 
 
 @pytest.mark.slow
 def test_a_spilling_tile_is_reported():
-    """64 × 64 float32 tiles with 4 warps need more than 255 registers a thread: the check must
-    say so (the launcher's table uses 16 × 16 for float32). `tile_experiment` compiles in a
+    """64 × 64 float32 state tiles with 4 warps need more than 255 registers a thread: the check
+    must say so (the launcher's table uses 16 × 16 for float32). `tile_experiment` compiles in a
     process of its own where the kernels are interpreted, as here."""
     (record,) = tile_experiment(
-        "chunk_output_fwd_kernel", [80], [{"BK": 64, "BV": 64}], dtype="float32"
+        "segment_output_kernel", [80], [{"BK": 64, "BV": 64}], dtype="float32"
     )
     assert record["spill_bytes"] > 0
     assert record["status"].startswith("spills")
@@ -126,7 +131,9 @@ def test_committed_report_is_of_these_kernels_and_passes():
     source_hashes = compile_in_subprocess(
         """
         import json
-        from linattn_core.kernels import backward, delta_backward, delta_forward, forward
+        from linattn_core.kernels.delta_rule import backward as delta_backward
+        from linattn_core.kernels.delta_rule import forward as delta_forward
+        from linattn_core.kernels.linear_attention import backward, forward
 
         modules = (forward, backward, delta_forward, delta_backward)
         kernels = {name: x for module in modules for name, x in vars(module).items()}
@@ -140,3 +147,27 @@ def test_committed_report_is_of_these_kernels_and_passes():
             f"{r['kernel']} changed since figures/kernels_compiled.json was made: "
             "run `make kernels-report`"
         )
+
+
+def test_a_register_budget_reaches_the_launch():
+    """A configuration in `REGISTER_BUDGETS` launches with ptxas' `maxnreg`; the others leave
+    ptxas its own choice."""
+    budgeted = tiles("delta_wy", 90, 32, 16, torch.float32)
+    assert budgeted.max_registers == REGISTER_BUDGETS["delta_wy", 90, "float32", 32, 16]
+    assert budgeted.launch_options["maxnreg"] == budgeted.max_registers
+    assert "maxnreg" not in tiles("delta_wy", 90, 64, 64, torch.bfloat16).launch_options
+
+
+@pytest.mark.slow
+def test_register_budget_fit_stops_a_spill():
+    """Without its budget, ptxas squeezes the float32 wy kernel at d_k = 32, d_v = 16 into 128
+    registers on sm_90 and spills; the fit finds the smallest budget that does not spill."""
+    code = (
+        "import json\n"
+        "from linattn_core.kernels.tools.compile import fit_register_budgets\n"
+        "record = {'kernel': 'delta_wy_kernel', 'arch': 90, 'dtype': 'float32', 'd': 32,\n"
+        "          'd_v': 16, 'registers': 128, 'spill_bytes': 8}\n"
+        "budgets = fit_register_budgets([record], jobs=1)\n"
+        "print(json.dumps([[list(key), budget] for key, budget in budgets.items()]))\n"
+    )
+    assert compile_in_subprocess(code) == [[["delta_wy", 90, "float32", 32, 16], 136]]

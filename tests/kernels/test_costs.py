@@ -40,7 +40,7 @@ def test_model_counts_what_the_kernels_do(dtype, d, d_v, arch, normalize):
     q, k, v = random_qkv(1, batch_heads, n=n, d=d, d_v=d_v, dtype=dtype, positive=True)
     options = {"chunk_size": chunk_size, "arch": arch, "segment": segment}
     with record() as forward:
-        o, rden, o32 = chunk_linear_attention_fwd(
+        _, rden, o32 = chunk_linear_attention_fwd(
             q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
         )
     with record() as backward:

@@ -76,7 +76,9 @@ def test_16_bit_operands(arch, n, d_k, d_v, dtype):
 def test_prepare_computes_each_chunks_triangular_inverse():
     """A = (I + diag(β)(K Kᵀ ⊙ M⁻))⁻¹ of every chunk, W = A diag(β) K, Ũ = A diag(β) V."""
     _, k, v, beta, _ = rounded_inputs(1, 1, n=100, d_k=32, d_v=16, dtype=torch.float32)
-    a, w, u = delta_prepare(*(x.float() for x in (k, v, beta)), chunk_size=64, arch=90, store_a=True)
+    a, w, u = delta_prepare(
+        *(x.float() for x in (k, v, beta)), chunk_size=64, arch=90, store_a=True
+    )
     for t in range(2):
         rows = slice(64 * t, min(64 * t + 64, 100))
         k_c, v_c, b_c = k[0, 0, rows], v[0, 0, rows], beta[0, 0, rows, None]
@@ -95,7 +97,9 @@ def test_a_repeated_key_keeps_the_inverse_bounded():
     q, k, v, beta, state = rounded_inputs(1, 1, n=128, d_k=16, d_v=16, dtype=torch.float32)
     k = k[:, :, :1].expand_as(k).contiguous()
     beta = torch.ones_like(beta)
-    a, _, _ = delta_prepare(k.float(), v.float(), beta.float(), chunk_size=64, arch=90, store_a=True)
+    a, _, _ = delta_prepare(
+        k.float(), v.float(), beta.float(), chunk_size=64, arch=90, store_a=True
+    )
     assert a.abs().sum(dim=-1).max() <= 2 + 1e-5
     check_against_recurrence([q, k, v, beta, state], dtype=torch.float32, rtol=1e-5)
 

@@ -237,7 +237,12 @@ def tensors(*shape, dtype=torch.float32):
         ((tensors(1, 1, 8, 16),) * 2 + (tensors(1, 1, 8, 48),), {}, ValueError, r"d_v = v"),
         ((tensors(1, 1, 8, 16, dtype=torch.float64),) * 3, {}, TypeError, r"float64"),
         ((tensors(1, 1, 8, 16),) * 3, {"chunk_size": 100}, ValueError, r"chunk_size=100"),
-        ((tensors(1, 1, 8, 16),) * 3, {"chunk_size": True}, TypeError, r"chunk_size must be an int; got bool True"),
+        (
+            (tensors(1, 1, 8, 16),) * 3,
+            {"chunk_size": True},
+            TypeError,
+            r"chunk_size must be an int; got bool True",
+        ),
         ((tensors(1, 1, 8, 16),) * 3, {"eps": -1.0}, ValueError, r"eps"),
         ((tensors(1, 8, 16), tensors(2, 8, 16), tensors(1, 8, 16)), {}, ValueError, r"phi_k"),
         ((tensors(1, 8, 16),) * 2 + (tensors(1, 8, 16, dtype=torch.int32),), {}, TypeError, "v"),

@@ -249,8 +249,7 @@ def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, ar
     dh = torch.empty_like(h)
     ds0 = None if initial_state is None else torch.empty_like(initial_state)
     delta_states_bwd_kernel[(d_v // tile.block_v, batch * heads)](
-        q, k, w, do, ds_final, dh, du, ds0, *sizes, BV=tile.block_v, num_warps=tile.num_warps,
-        num_stages=tile.num_stages,
+        q, k, w, do, ds_final, dh, du, ds0, *sizes, BV=tile.block_v, **tile.run_options,
     )  # fmt: skip
 
     tile = tiles("delta_dqk", arch, d_k, d_v, v.dtype)

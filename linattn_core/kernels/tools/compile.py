@@ -33,6 +33,7 @@ import importlib.metadata
 import io
 import itertools
 import json
+import multiprocessing
 import os
 import re
 import shlex
@@ -217,6 +218,39 @@ def compile_records(
     return records
 
 
+def fit_register_budgets(records, *, jobs=None, cache_dir=None):
+    """{(kernel, arch, dtype, d_k, d_v): registers} for each configuration of `records` that
+    spills: the smallest budget (ptxas' `maxnreg`, from the registers it chose in steps of 8)
+    under which none of the configuration's launches spills — entries for `tiles.REGISTER_BUDGETS`.
+    """
+    spilled = {}
+    for r in records:
+        if r.get("spill_bytes"):
+            key = (r["kernel"].removesuffix("_kernel"), r["arch"], r["dtype"], r["d"], r["d_v"])
+            spilled[key] = max(spilled.get(key, 0), r["registers"])
+    keys = sorted(spilled)
+    tasks = [(key, spilled[key], cache_dir) for key in keys]
+    spawn = multiprocessing.get_context("spawn")  # the workers run torch: no fork after its threads
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count(), mp_context=spawn) as pool:
+        return dict(zip(keys, pool.map(_fit_budget, tasks), strict=True))
+
+
+def _fit_budget(task):
+    (kernel, arch, dtype, d_k, d_v), registers, cache_dir = task
+    launches = [
+        launch
+        for fields, group in cases(arch, (dtype,))
+        if (fields["d"], fields["d_v"]) == (d_k, d_v)
+        for _, launch in group
+        if launch.name == f"{kernel}_kernel"
+    ]
+    for budget in [*range(registers // 8 * 8 + 8, 255, 8), 255]:
+        budgeted = (dataclasses.replace(x, kwargs=x.kwargs | {"maxnreg": budget}) for x in launches)
+        if not any(compile_launch(launch, arch, cache_dir)["spill_bytes"] for launch in budgeted):
+            return budget
+    raise RuntimeError(f"{kernel} spills on sm_{arch} ({dtype}, {d_k}, {d_v}) with 255 registers")
+
+
 def tile_experiment(kernel, archs, variants, *, dtype="bfloat16", d=128, d_v=128, cache_dir=None):
     """Compile one of causal linear attention's kernels (normalized, C = 64) with other launch
     options: a record for each architecture and variant, e.g. {"BV": 32, "num_warps": 8} (a
@@ -380,6 +414,12 @@ def main(argv=None):
         help="compile flash-linear-attention's kernels instead (fla-core)",
     )
     parser.add_argument("--json", type=Path, help="write the records and their provenance here")
+    parser.add_argument(
+        "--fit-registers",
+        action="store_true",
+        help="for every configuration that spills, find and print the register budget that "
+        "stops it (entries for tiles.REGISTER_BUDGETS)",
+    )
     parser.add_argument("--jobs", type=int, help="parallel compiles (default: one per CPU)")
     parser.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="compiled results kept between runs"
@@ -394,6 +434,10 @@ def main(argv=None):
         cache_dir=None if arguments.no_cache else arguments.cache,
     )
     print("\n".join(summary(records)))
+    if arguments.fit_registers:
+        budgets = fit_register_budgets(records, jobs=arguments.jobs, cache_dir=arguments.cache)
+        print("register budgets that stop the spills (tiles.REGISTER_BUDGETS):")
+        print("\n".join(f"    {key!r}: {budget}," for key, budget in budgets.items()))
     if arguments.json:
         arguments.json.parent.mkdir(parents=True, exist_ok=True)
         arguments.json.write_text(report_json(_provenance(arguments), records))
