@@ -166,7 +166,9 @@ def tiles(kernel, arch, d_k, d_v, dtype):
     d_v and the inputs' dtype.
 
     >>> tiles("segment_dq", 90, 128, 128, torch.bfloat16)
-    Tile(block_k=64, block_v=64, num_warps=4, num_stages=2)
+    Tile(block_k=64, block_v=64, num_warps=4, num_stages=2, max_registers=None)
+    >>> tiles("delta_wy", 90, 32, 16, torch.float32).launch_options
+    {'BK': 16, 'BV': 16, 'num_warps': 4, 'num_stages': 2, 'maxnreg': 136}
     """
     widest = WIDEST[kernel][2 if dtype == torch.float32 else 0 if arch == 90 else 1]
     block_k, block_v = min(d_k, widest), min(d_v, widest)
