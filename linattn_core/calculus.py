@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from linattn_core.validation import check_positive_int, check_tensor
+from linattn_core.validation import (
+    ArgumentTypeError,
+    check_positive_int,
+    check_positive_number,
+    check_tensor,
+)
 
 __all__ = [
     "GradientCheck",
@@ -200,11 +205,17 @@ def _draw(fn, shapes, inputs, seed) -> tuple[torch.Tensor, ...]:
         raise ValueError(f"{fn}: give exactly one of shapes (random inputs) or inputs (tensors)")
     if inputs is not None:
         return _check_inputs(fn, inputs)
-    if not isinstance(shapes, list | tuple) or not shapes:
-        raise ValueError(f"{fn}: shapes must be a non-empty list of shapes; got shapes={shapes!r}")
+    message = f"{fn}: shapes must be a non-empty list of shapes; got shapes={shapes!r}"
+    if not isinstance(shapes, list | tuple):
+        raise ArgumentTypeError(message)
+    if not shapes:
+        raise ValueError(message)
     for shape in shapes:
-        if not (isinstance(shape, tuple | list) and all(type(s) is int and s > 0 for s in shape)):
-            raise ValueError(f"{fn}: each shape must be a tuple of positive ints; got {shape!r}")
+        message = f"{fn}: each shape must be a tuple of positive ints; got {shape!r}"
+        if not (isinstance(shape, tuple | list) and all(type(s) is int for s in shape)):
+            raise ArgumentTypeError(message)
+        if not all(s > 0 for s in shape):
+            raise ValueError(message)
     if type(seed) is not int:
         raise TypeError(f"{fn}: seed must be an int; got seed={seed!r}")
     generator = torch.Generator().manual_seed(seed)
@@ -212,8 +223,11 @@ def _draw(fn, shapes, inputs, seed) -> tuple[torch.Tensor, ...]:
 
 
 def _check_inputs(fn, inputs) -> tuple[torch.Tensor, ...]:
-    if not isinstance(inputs, list | tuple) or not inputs:
-        raise ValueError(f"{fn}: inputs must be a non-empty tuple of tensors; got {inputs!r}")
+    message = f"{fn}: inputs must be a non-empty tuple of tensors; got {inputs!r}"
+    if not isinstance(inputs, list | tuple):
+        raise ArgumentTypeError(message)
+    if not inputs:
+        raise ValueError(message)
     for i, x in enumerate(inputs):
         if not (isinstance(x, torch.Tensor) and x.dtype == torch.float64):
             got = f"dtype={x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
@@ -222,8 +236,7 @@ def _check_inputs(fn, inputs) -> tuple[torch.Tensor, ...]:
 
 
 def _check_common(fn, rtol, **functions) -> None:
-    if isinstance(rtol, bool) or not isinstance(rtol, float | int) or not rtol > 0:
-        raise ValueError(f"{fn}: rtol must be a positive number; got rtol={rtol!r}")
+    check_positive_number(fn, "rtol", rtol)
     for argument, value in functions.items():
         if not callable(value):
             raise TypeError(f"{fn}: {argument} must be callable; got {type(value).__name__}")
@@ -231,8 +244,10 @@ def _check_common(fn, rtol, **functions) -> None:
 
 def _check_options(fn, n_inputs, wrt, order, layout) -> None:
     if type(wrt) is not int or not 0 <= wrt < n_inputs:
-        raise ValueError(f"{fn}: wrt must be an int in [0, {n_inputs}); got wrt={wrt!r}")
+        error = ValueError if type(wrt) is int else ArgumentTypeError
+        raise error(f"{fn}: wrt must be an int in [0, {n_inputs}); got wrt={wrt!r}")
     if type(order) is not int or order not in (1, 2):
-        raise ValueError(f"{fn}: order must be 1 (Jacobian) or 2 (Hessian); got order={order!r}")
+        error = ValueError if type(order) is int else ArgumentTypeError
+        raise error(f"{fn}: order must be 1 (Jacobian) or 2 (Hessian); got order={order!r}")
     if layout not in ("tensor", "vec"):
         raise ValueError(f"{fn}: layout must be 'tensor' or 'vec'; got layout={layout!r}")

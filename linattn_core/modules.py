@@ -21,6 +21,7 @@ from torch import nn
 from linattn_core import feature_maps
 from linattn_core.attention import METHODS, linear_attention, softmax_attention
 from linattn_core.validation import (
+    ArgumentTypeError,
     check_choice,
     check_eps,
     check_positive_int,
@@ -41,7 +42,7 @@ class _MultiHeadSelfAttention(nn.Module):
                 f"{fn}: num_heads must divide d_model; got d_model={d_model}, num_heads={num_heads}"
             )
         if not isinstance(causal, bool):
-            raise ValueError(f"{fn}: causal must be a bool; got causal={causal!r}")
+            raise ArgumentTypeError(f"{fn}: causal must be a bool; got causal={causal!r}")
         self.d_model, self.num_heads, self.causal = d_model, num_heads, causal
         factory = {"bias": bias, "device": device, "dtype": dtype}
         self.q_proj = nn.Linear(d_model, d_model, **factory)
@@ -121,7 +122,7 @@ class LinearSelfAttention(_MultiHeadSelfAttention):
         super().__init__(d_model, num_heads, causal=causal, bias=bias, device=device, dtype=dtype)
         fn = type(self).__name__
         if not callable(feature_map):
-            raise ValueError(
+            raise ArgumentTypeError(
                 f"{fn}: feature_map must be callable; got {type(feature_map).__name__}"
             )
         check_choice(fn, "method", method, METHODS)

@@ -3,6 +3,9 @@
 Every message starts with the public function's name and names the argument, what was expected
 and what was received, so that an error raised deep in a notebook points at the call to fix.
 Wrong types and dtypes raise `TypeError`; wrong shapes, sizes, devices and options `ValueError`.
+A size or option of the wrong type (`chunk_size="64"`, `causal="yes"`) raises `ArgumentTypeError`,
+which is both: a `TypeError` by this policy, and the `ValueError` that the package's API contract
+promises for sizes and options.
 
 Policy on data-dependent checks: the checks look at types, shapes, dtypes, devices and options,
 never at the values inside a tensor. A value check (a NaN, a zero on a diagonal) would read the
@@ -14,6 +17,11 @@ import math
 import numbers
 
 import torch
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A size or an option of the wrong type (a str, a bool or a float for an int, a non-callable
+    for a function): a TypeError that `except ValueError` also catches."""
 
 
 def check_tensor(fn: str, name: str, x: object, *, min_rank: int) -> None:
@@ -91,23 +99,21 @@ def softmax_scale(fn: str, scale: object, d: int) -> float:
 
 
 def check_positive_int(fn: str, name: str, value: object) -> None:
-    if not _is_int(value) or value < 1:
-        raise ValueError(f"{fn}: {name} must be a positive int; got {name}={value!r}")
+    _check_number(fn, name, value, "a positive int", _is_int, lambda v: v >= 1)
 
 
 def check_non_negative_int(fn: str, name: str, value: object) -> None:
-    if not _is_int(value) or value < 0:
-        raise ValueError(f"{fn}: {name} must be a non-negative int; got {name}={value!r}")
+    _check_number(fn, name, value, "a non-negative int", _is_int, lambda v: v >= 0)
 
 
 def check_eps(fn: str, eps: object) -> None:
-    if not _is_real(eps) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"{fn}: eps must be a non-negative finite number; got eps={eps!r}")
+    finite = "a non-negative finite number"
+    _check_number(fn, "eps", eps, finite, _is_real, lambda v: math.isfinite(v) and v >= 0)
 
 
 def check_positive_number(fn: str, name: str, value: object) -> None:
-    if not _is_real(value) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{fn}: {name} must be a positive finite number; got {name}={value!r}")
+    finite = "a positive finite number"
+    _check_number(fn, name, value, finite, _is_real, lambda v: math.isfinite(v) and v > 0)
 
 
 def check_choice(fn: str, name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -127,6 +133,15 @@ def _require_same(fn, what, dims, name, x, ref_name, ref) -> None:
 
 def shape_of(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
+
+
+def _check_number(fn, name, value, expected, right_type, in_range):
+    """The policy: a value of the wrong type (a str, a bool, a float for an int) raises TypeError,
+    a value out of range ValueError; both messages say what was expected and what was received."""
+    if not right_type(value):
+        raise ArgumentTypeError(f"{fn}: {name} must be {expected}; got {name}={value!r}")
+    if not in_range(value):
+        raise ValueError(f"{fn}: {name} must be {expected}; got {name}={value!r}")
 
 
 def _is_int(value: object) -> bool:

@@ -235,16 +235,16 @@ def test_online_softmax_attention_of_empty_inputs(batch_and_n):
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "error", "message"),
     [
-        ({"block_size": 0}, "block_size must be a positive int; got block_size=0"),
-        ({"block_size": 2.0}, "block_size must be a positive int; got block_size=2.0"),
-        ({"scale": -1.0}, "scale must be a positive finite number; got scale=-1.0"),
+        ({"block_size": 0}, ValueError, "block_size must be a positive int; got block_size=0"),
+        ({"block_size": 2.0}, TypeError, "block_size must be a positive int; got block_size=2.0"),
+        ({"scale": -1.0}, ValueError, "scale must be a positive finite number; got scale=-1.0"),
     ],
 )
-def test_online_softmax_attention_rejects_bad_options(options, message):
+def test_online_softmax_attention_rejects_bad_options(options, error, message):
     q, k, v = random_qkv(n=4, d=3)
-    with pytest.raises(ValueError, match="^online_softmax_attention: " + re.escape(message)):
+    with pytest.raises(error, match="^online_softmax_attention: " + re.escape(message)):
         online_softmax_attention(q, k, v, **options)
 
 

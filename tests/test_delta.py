@@ -170,12 +170,15 @@ def test_triangular_solve_rejects_bad_inputs(change, error, match):
         triangular_solve(*args)
 
 
-@pytest.mark.parametrize("chunk_size", [0, -1, 2.5, True, None])
-def test_bad_chunk_size_is_an_error(chunk_size):
+@pytest.mark.parametrize(
+    ("chunk_size", "error"),
+    [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError), (None, TypeError)],
+)
+def test_bad_chunk_size_is_an_error(chunk_size, error):
     q, k, diag, v = triangular_system_inputs(n=5, d=3, scale=SCALE)
-    with pytest.raises(ValueError, match="triangular_inverse: chunk_size must be a positive int"):
+    with pytest.raises(error, match="triangular_inverse: chunk_size must be a positive int"):
         triangular_inverse(q, k, diag, chunk_size=chunk_size)
-    with pytest.raises(ValueError, match="triangular_solve: chunk_size must be a positive int"):
+    with pytest.raises(error, match="triangular_solve: chunk_size must be a positive int"):
         triangular_solve(q, k, diag, v, chunk_size=chunk_size)
 
 
@@ -381,12 +384,16 @@ def test_deltanet_inputs_shapes_unit_keys_rates_and_seeds():
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs", "match"),
-    [((-1,), {}, r"batch\[0\]"), ((), {"n": 2.5}, "n must be"), ((), {"d_k": -1}, "d_k must")],
+    ("args", "kwargs", "error", "match"),
+    [
+        ((-1,), {}, ValueError, r"batch\[0\]"),
+        ((), {"n": 2.5}, TypeError, "n must be"),
+        ((), {"d_k": -1}, ValueError, "d_k must"),
+    ],
 )
-def test_deltanet_inputs_rejects_bad_sizes(args, kwargs, match):
+def test_deltanet_inputs_rejects_bad_sizes(args, kwargs, error, match):
     sizes = {"n": 3, "d_k": 2, "d_v": 2} | kwargs
-    with pytest.raises(ValueError, match=f"^deltanet_inputs: {match}"):
+    with pytest.raises(error, match=f"^deltanet_inputs: {match}"):
         deltanet_inputs(*args, **sizes)
 
 
@@ -410,17 +417,17 @@ def test_triangular_system_inputs_shapes_diagonal_scale_and_seeds():
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs", "match"),
+    ("args", "kwargs", "error", "match"),
     [
-        ((-1,), {}, r"batch\[0\]"),
-        ((), {"n": 2.5}, "n must be"),
-        ((), {"d_v": -1}, "d_v must"),
-        ((), {"scale": 0.0}, "scale must be a positive finite number"),
+        ((-1,), {}, ValueError, r"batch\[0\]"),
+        ((), {"n": 2.5}, TypeError, "n must be"),
+        ((), {"d_v": -1}, ValueError, "d_v must"),
+        ((), {"scale": 0.0}, ValueError, "scale must be a positive finite number"),
     ],
 )
-def test_triangular_system_inputs_rejects_bad_sizes(args, kwargs, match):
+def test_triangular_system_inputs_rejects_bad_sizes(args, kwargs, error, match):
     sizes = {"n": 3, "d": 2} | kwargs
-    with pytest.raises(ValueError, match=f"^triangular_system_inputs: {match}"):
+    with pytest.raises(error, match=f"^triangular_system_inputs: {match}"):
         triangular_system_inputs(*args, **sizes)
 
 

@@ -370,7 +370,7 @@ W = iid_gaussian(5, 3)
     ("call", "error", "message"),
     [
         (lambda: iid_gaussian(0, 3), ValueError, "iid_gaussian: m must be a positive int; got m=0"),
-        (lambda: iid_gaussian(2, 2.0), ValueError, "d must be a positive int; got d=2.0"),
+        (lambda: iid_gaussian(2, 2.0), TypeError, "d must be a positive int; got d=2.0"),
         (lambda: orthogonal_gaussian(4, -1), ValueError, "d must be a positive int"),
         (lambda: orthogonal_gaussian(4, 2, scaling="unit"), ValueError, "scaling must be one of"),
         (lambda: iid_gaussian(4, 2, dtype=torch.int64), TypeError, "dtype must be a floating"),

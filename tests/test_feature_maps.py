@@ -362,10 +362,10 @@ Q, K, V = random_qkv(n=4, d=3)
     ("call", "error", "message"),
     [
         (lambda: truncated_exp(1.0, 2), TypeError, "truncated_exp: t must be a torch.Tensor"),
-        (lambda: truncated_exp(Q, 2.0), ValueError, "truncated_exp: order must be a non-negative"),
+        (lambda: truncated_exp(Q, 2.0), TypeError, "truncated_exp: order must be a non-negative"),
         (lambda: multi_indices(-1, 2), ValueError, "multi_indices: d must be a non-negative int"),
         (lambda: exp_remainder_bound(Q, -1), ValueError, "exp_remainder_bound: order must be"),
-        (lambda: truncated_exp_roots(1.0), ValueError, "truncated_exp_roots: order must be"),
+        (lambda: truncated_exp_roots(1.0), TypeError, "truncated_exp_roots: order must be"),
         (lambda: exp_gram(Q[0]), ValueError, "exp_gram: x must have at least 2 dimensions"),
         (lambda: outer_product_features(Q.long()), TypeError, "outer_product_features: x must"),
         (lambda: taylor_attention(Q, K[:3], V), ValueError, "taylor_attention: k must have the"),

@@ -161,27 +161,27 @@ def test_formulas_for_a_7b_like_model():
 
 SIZE = dict(layers=2, heads=4, head_dim=8)
 BAD_INPUTS = [
-    (("gpa", 3), SIZE, "kind must be one of 'mha', 'mqa', 'gqa', 'mla', 'linear'"),
-    (("mha", -1), SIZE, "n_tokens must be a non-negative int; got n_tokens=-1"),
-    (("mha", 2.5), SIZE, "n_tokens must be a non-negative int"),
-    (("mha", 3), {**SIZE, "layers": 0}, "layers must be a positive int"),
-    (("mha", 3), {**SIZE, "heads": True}, "heads must be a positive int"),
-    (("mha", 3), {**SIZE, "bytes_per_value": 0.5}, "bytes_per_value must be a positive int"),
-    (("gqa", 3), SIZE, "kind='gqa' needs kv_heads; got kv_heads=None"),
-    (("gqa", 3), {**SIZE, "kv_heads": 3}, "kv_heads must divide heads"),
-    (("gqa", 3), {**SIZE, "kv_heads": 0}, "kv_heads must be a positive int"),
-    (("mla", 3), {**SIZE, "latent_dim": 16}, "kind='mla' needs rope_dim"),
-    (("mha", 3), {**SIZE, "latent_dim": 16}, "latent_dim applies to kind='mla' only"),
-    (("linear", 3), SIZE, "kind='linear' needs feature_dim"),
-    (("mqa", 3), {**SIZE, "kv_heads": 1}, "kv_heads applies to kind='gqa' only"),
+    (("gpa", 3), SIZE, ValueError, "kind must be one of 'mha', 'mqa', 'gqa', 'mla', 'linear'"),
+    (("mha", -1), SIZE, ValueError, "n_tokens must be a non-negative int; got n_tokens=-1"),
+    (("mha", 2.5), SIZE, TypeError, "n_tokens must be a non-negative int"),
+    (("mha", 3), {**SIZE, "layers": 0}, ValueError, "layers must be a positive int"),
+    (("mha", 3), {**SIZE, "heads": True}, TypeError, "heads must be a positive int"),
+    (("mha", 3), {**SIZE, "bytes_per_value": 0.5}, TypeError, "bytes_per_value must be a positive"),
+    (("gqa", 3), SIZE, ValueError, "kind='gqa' needs kv_heads; got kv_heads=None"),
+    (("gqa", 3), {**SIZE, "kv_heads": 3}, ValueError, "kv_heads must divide heads"),
+    (("gqa", 3), {**SIZE, "kv_heads": 0}, ValueError, "kv_heads must be a positive int"),
+    (("mla", 3), {**SIZE, "latent_dim": 16}, ValueError, "kind='mla' needs rope_dim"),
+    (("mha", 3), {**SIZE, "latent_dim": 16}, ValueError, "latent_dim applies to kind='mla' only"),
+    (("linear", 3), SIZE, ValueError, "kind='linear' needs feature_dim"),
+    (("mqa", 3), {**SIZE, "kv_heads": 1}, ValueError, "kv_heads applies to kind='gqa' only"),
 ]
 
 
-@pytest.mark.parametrize(("args", "options", "message"), BAD_INPUTS)
-def test_bad_inputs(args, options, message):
-    with pytest.raises(ValueError, match="^decode_memory_bytes: " + re.escape(message)):
+@pytest.mark.parametrize(("args", "options", "error", "message"), BAD_INPUTS)
+def test_bad_inputs(args, options, error, message):
+    with pytest.raises(error, match="^decode_memory_bytes: " + re.escape(message)):
         decode_memory_bytes(*args, **options)
     options = {k: v for k, v in options.items() if k not in ("layers", "bytes_per_value")}
     if "layers" not in message and "bytes_per_value" not in message:
-        with pytest.raises(ValueError, match="^decode_cache_shapes: " + re.escape(message)):
+        with pytest.raises(error, match="^decode_cache_shapes: " + re.escape(message)):
             decode_cache_shapes(*args, **options)

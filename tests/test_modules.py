@@ -140,22 +140,23 @@ def test_float32_layer_matches_its_float64_copy():
 
 
 BAD_CONFIGURATIONS = [
-    ({"d_model": 0}, "d_model must be a positive int; got d_model=0"),
-    ({"d_model": 6.0}, "d_model must be a positive int"),
-    ({"num_heads": 0}, "num_heads must be a positive int; got num_heads=0"),
-    ({"num_heads": 4}, "num_heads must divide d_model; got d_model=6, num_heads=4"),
-    ({"causal": "yes"}, "causal must be a bool; got causal='yes'"),
-    ({"feature_map": "elu"}, "feature_map must be callable; got str"),
-    ({"method": "fast"}, "method must be one of 'auto', 'parallel', 'recurrent', 'chunked'"),
-    ({"chunk_size": 0}, "chunk_size must be a positive int; got chunk_size=0"),
-    ({"eps": -1.0}, "eps must be a non-negative finite number; got eps=-1.0"),
+    ({"d_model": 0}, ValueError, "d_model must be a positive int; got d_model=0"),
+    ({"d_model": 6.0}, TypeError, "d_model must be a positive int"),
+    ({"num_heads": 0}, ValueError, "num_heads must be a positive int; got num_heads=0"),
+    ({"num_heads": 4}, ValueError, "num_heads must divide d_model; got d_model=6, num_heads=4"),
+    ({"causal": "yes"}, TypeError, "causal must be a bool; got causal='yes'"),
+    ({"feature_map": "elu"}, TypeError, "feature_map must be callable; got str"),
+    ({"method": "fast"}, ValueError, "method must be one of 'auto', 'parallel', 'recurrent'"),
+    ({"chunk_size": 0}, ValueError, "chunk_size must be a positive int; got chunk_size=0"),
+    ({"eps": -1.0}, ValueError, "eps must be a non-negative finite number; got eps=-1.0"),
 ]
 
 
-@pytest.mark.parametrize(("change", "message"), BAD_CONFIGURATIONS)
-def test_bad_configurations_raise_value_error_naming_the_argument(change, message):
+@pytest.mark.parametrize(("change", "error", "message"), BAD_CONFIGURATIONS)
+def test_bad_configurations_raise_and_name_the_argument(change, error, message):
+    """Wrong types raise TypeError, wrong values ValueError (`linattn_core.validation`)."""
     arguments = {"d_model": 6, "num_heads": 2} | change
-    with pytest.raises(ValueError, match="^LinearSelfAttention: " + _escaped(message)):
+    with pytest.raises(error, match="^LinearSelfAttention: " + _escaped(message)):
         LinearSelfAttention(**arguments)
 
 

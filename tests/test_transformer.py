@@ -122,7 +122,7 @@ def test_bad_arguments_name_the_argument():
             "activation_bytes: bytes_per_float",
             lambda: activation_bytes(1, 1, 1, 1, 1, 0),
         ),
-        (ValueError, "forward_flops: vocab", lambda: forward_flops(1, 1, 1, 1, 2.5)),
+        (TypeError, "forward_flops: vocab", lambda: forward_flops(1, 1, 1, 1, 2.5)),
         (
             TypeError,
             "saved_activation_bytes: model",

@@ -68,10 +68,16 @@ def test_message_shows_both_shapes():
         linear_attention(phi_q, phi_k, v)
 
 
-@pytest.mark.parametrize("chunk_size", [0, -1, True, 2.0, "64", None])
-def test_bad_chunk_size(chunk_size):
+@pytest.mark.parametrize(
+    ("chunk_size", "error"),
+    [(0, ValueError), (-1, ValueError), (True, TypeError), (2.0, TypeError), ("64", TypeError),
+     (None, TypeError)],
+)  # fmt: skip
+def test_bad_chunk_size(chunk_size, error):
+    """A value of the wrong type raises TypeError, one out of range ValueError (the policy of
+    `linattn_core.validation`), with the same message."""
     expected = f"linear_attention: chunk_size must be a positive int; got chunk_size={chunk_size!r}"
-    with pytest.raises(ValueError, match=re.escape(expected)):
+    with pytest.raises(error, match=re.escape(expected)):
         linear_attention(Q, K, V, chunk_size=chunk_size)
 
 
@@ -93,18 +99,26 @@ def test_triton_rejects_unsupported_feature_dimension():
         linear_attention(Q, K, V, method="triton")
 
 
-@pytest.mark.parametrize("eps", [-1e-3, math.nan, math.inf, "small", True])
+@pytest.mark.parametrize(
+    ("eps", "error"),
+    [(-1e-3, ValueError), (math.nan, ValueError), (math.inf, ValueError), ("small", TypeError),
+     (True, TypeError)],
+)  # fmt: skip
 @pytest.mark.parametrize("attention", [kernel_attention, linear_attention])
-def test_bad_eps(attention, eps):
+def test_bad_eps(attention, eps, error):
     expected = f"{attention.__name__}: eps must be a non-negative finite number; got eps={eps!r}"
-    with pytest.raises(ValueError, match=re.escape(expected)):
+    with pytest.raises(error, match=re.escape(expected)):
         attention(Q, K, V, eps=eps)
 
 
-@pytest.mark.parametrize("scale", [0, -0.5, math.inf, math.nan, True, "1"])
-def test_bad_scale(scale):
+@pytest.mark.parametrize(
+    ("scale", "error"),
+    [(0, ValueError), (-0.5, ValueError), (math.inf, ValueError), (math.nan, ValueError),
+     (True, TypeError), ("1", TypeError)],
+)  # fmt: skip
+def test_bad_scale(scale, error):
     expected = f"softmax_attention: scale must be a positive finite number; got scale={scale!r}"
-    with pytest.raises(ValueError, match=re.escape(expected)):
+    with pytest.raises(error, match=re.escape(expected)):
         softmax_attention(Q, K, V, scale=scale)
 
 
@@ -121,12 +135,14 @@ def test_bad_feature_map_inputs(feature_map):
         feature_map(torch.tensor(1.0))
 
 
-@pytest.mark.parametrize("order", [-1, 1.5, True, "2"])
-def test_bad_taylor_order(order):
+@pytest.mark.parametrize(
+    ("order", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError), ("2", TypeError)]
+)
+def test_bad_taylor_order(order, error):
     expected = f"order must be a non-negative int; got order={order!r}"
-    with pytest.raises(ValueError, match=re.escape(f"taylor: {expected}")):
+    with pytest.raises(error, match=re.escape(f"taylor: {expected}")):
         taylor(Q, order=order)
-    with pytest.raises(ValueError, match=re.escape(f"taylor_dim: {expected}")):
+    with pytest.raises(error, match=re.escape(f"taylor_dim: {expected}")):
         taylor_dim(3, order)
 
 
@@ -140,7 +156,7 @@ def test_bad_testing_arguments():
         assert_close(Q, Q, rtol=0)
     with pytest.raises(ValueError, match=re.escape("random_qkv: n must be a non-negative int")):
         random_qkv(n=-1, d=3)
-    with pytest.raises(ValueError, match=re.escape("random_qkv: batch[1] must be a non-negative")):
+    with pytest.raises(TypeError, match=re.escape("random_qkv: batch[1] must be a non-negative")):
         random_qkv(2, 1.5, n=3, d=3)
 
 
@@ -150,8 +166,9 @@ def test_bad_testing_arguments():
 def test_softmax_scale_defaults_to_one_over_root_d_and_checks_the_rest():
     assert softmax_scale("f", None, 16) == 0.25
     assert softmax_scale("f", 0.5, 16) == 0.5
-    for bad in (0.0, -1.0, math.inf, math.nan, True, "1"):
-        with pytest.raises(ValueError, match=r"^f: scale must be a positive finite number"):
+    for bad, error in ((0.0, ValueError), (-1.0, ValueError), (math.inf, ValueError),
+                       (math.nan, ValueError), (True, TypeError), ("1", TypeError)):  # fmt: skip
+        with pytest.raises(error, match=r"^f: scale must be a positive finite number"):
             softmax_scale("f", bad, 16)
 
 
@@ -174,3 +191,15 @@ def test_same_dtype_and_device_names_both_tensors():
         check_same_dtype_and_device("f", "x", x, y=x.float())
     with pytest.raises(ValueError, match=r"^f: z must be on the same device as x; got x.device"):
         check_same_dtype_and_device("f", "x", x, z=x.to("meta"))
+
+
+def test_a_wrong_type_is_a_type_error_that_value_error_also_catches():
+    """The package's policy (TypeError) and its API contract (ValueError for sizes and options)
+    agree on one exception."""
+    with pytest.raises(TypeError):
+        linear_attention(Q, K, V, chunk_size="64")
+    with pytest.raises(ValueError):
+        linear_attention(Q, K, V, chunk_size="64")
+    with pytest.raises(ValueError) as raised:
+        linear_attention(Q, K, V, chunk_size=0)
+    assert not isinstance(raised.value, TypeError)
