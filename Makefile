@@ -149,9 +149,10 @@ lint: venv
 unit: venv
 	$(BIN)/pytest -m "not book" --doctest-modules linattn_core tests
 
-# The inner loop while editing the package: every test but the slow ones (about 30 s).
+# The inner loop while editing the package: the package's tests but the slow ones, without the
+# book's (tests/book/: chapters, notation, extensions, browser).
 unit-fast: venv
-	$(BIN)/pytest -q -m "not book and not slow" --doctest-modules linattn_core tests
+	$(BIN)/pytest -q -m "not book and not slow" --doctest-modules --ignore=tests/book linattn_core tests
 
 nbval: venv
 	$(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \

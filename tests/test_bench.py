@@ -94,9 +94,11 @@ def test_records_grow_with_n(cli_results):
     records = cli_results[0]["records"]
     for method in ("softmax_naive_causal", "linear_chunked_causal"):
         peaks = [r["peak_bytes"] for r in records if r["method"] == method and r["peak_bytes"]]
-        # never shrinking by more than the allocator's noise: at a few MiB (linear_chunked at
-        # small N) fixed buffers dominate and two points can swap by a few percent
-        assert all(b >= 0.95 * a for a, b in itertools.pairwise(peaks)), (method, peaks)
+        # never shrinking by more than the allocator's noise once the buffers that grow with N
+        # dominate: below 1 MiB (linear_chunked at small N) fixed buffers and the allocator's
+        # first arenas do, and two points can swap by 15 % (380,928 then 331,776 bytes, seen)
+        grown = [b for b in peaks if b >= 2**20]
+        assert all(b >= 0.95 * a for a, b in itertools.pairwise(grown)), (method, peaks)
         assert peaks[-1] > 2 * peaks[0], method
     softmax = {r["n"]: r["peak_bytes"] for r in records if r["method"] == "softmax_naive_causal"}
     matrix = 1024 * 1024 * 4

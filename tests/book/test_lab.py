@@ -5,8 +5,8 @@ JupyterLab renders Markdown cells with jupyterlab-myst (KaTeX), which takes the 
 from the front matter of a notebook's first Markdown cell (`make macros`,
 scripts/sync_macros.py). The test syncs a copy of a chapter from `_config.yml` itself, so that
 it checks the mechanism whether or not the committed notebooks are synced
-(tests/test_notebook_macros.py checks that). To the copy it adds a cell that uses every macro of
-`_config.yml` and one with an undefined macro: the error found must be exactly that one,
+(tests/book/test_notebook_macros.py checks that). To the copy it adds a cell that uses every
+macro of `_config.yml` and one with an undefined macro: the error found must be exactly that one,
 which shows that the check still sees what an error looks like.
 
 JupyterLab runs on 127.0.0.1 (a free port, a token, settings and workspaces in a temporary

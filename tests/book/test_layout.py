@@ -2,7 +2,7 @@
 math on a 430 px phone.
 
 The notebooks store each figure's smallest text as displayed (`text_px`), computed for a figure
-shown at its natural width or shrunk to `plotting.COLUMN_PX`; tests/test_notebooks.py checks
+shown at its natural width or shrunk to `plotting.COLUMN_PX`; tests/book/test_notebooks.py checks
 those numbers. Here the assumption is measured: no figure is shown narrower than
 min(its width, COLUMN_PX). And code cells, formatted to 88 characters, fit their boxes: no code
 input needs sideways scrolling. On a phone, no inline formula reaches past the text column (one

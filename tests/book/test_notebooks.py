@@ -15,7 +15,7 @@ import yaml
 
 from linattn_core.plotting import MIN_EXPLORABLE_TEXT_PX, MIN_TEXT_PX
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 UNCOMPARED = {"nbval-ignore-output", "nbval-skip"}

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "sync_macros.py"
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 

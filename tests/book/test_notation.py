@@ -17,7 +17,7 @@ import yaml
 
 from linattn_core.linalg import commutation_matrix, kron, vec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 NOTEBOOKS = sorted(CHAPTERS.glob("*.ipynb"))
 NUMBERED = [p for p in NOTEBOOKS if p.name[:2].isdigit()]
