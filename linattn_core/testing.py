@@ -150,6 +150,22 @@ def run_python(code, *, interpret=False, cwd=None, timeout=600):
     return child.stdout
 
 
+def values_and_gradients(fn, inputs, grad_outputs):
+    """`fn(*inputs)` on fresh leaf copies of `inputs` and the gradients of its output (or tuple of
+    outputs) for `grad_outputs`: (the outputs, detached, then ∂/∂ each input) — how every test
+    compares an implementation's outputs and gradients with a reference's.
+
+    >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    >>> values_and_gradients(lambda t: t.square(), [x], torch.ones(2, dtype=torch.float64))
+    (tensor([1., 4.], dtype=torch.float64), tensor([2., 4.], dtype=torch.float64))
+    """
+    leaves = [x.detach().clone().requires_grad_() for x in inputs]
+    out = fn(*leaves)
+    outputs = out if isinstance(out, tuple) else (out,)
+    grads = torch.autograd.grad(outputs, leaves, grad_outputs)
+    return (*(o.detach() for o in outputs), *grads)
+
+
 def in_float64(fn, *tensors, **kwargs):
     """Run `fn` on float64 CPU copies of the floating-point tensors, cast the result back.
 

@@ -174,11 +174,12 @@ def _outputs(op, flag, inputs, method):
 
 def _gradients(op, flag, inputs, grads, method):
     """Outputs and the gradients of every input by `method`, for output gradients `grads`."""
-    import torch
+    from linattn_core.testing import values_and_gradients
 
-    leaves = [x.detach().clone().requires_grad_() for x in inputs]
-    outputs = _outputs(op, flag, leaves, method)
-    return [o.detach() for o in outputs] + list(torch.autograd.grad(outputs, leaves, grads))
+    def run(*leaves):
+        return tuple(_outputs(op, flag, list(leaves), method))
+
+    return list(values_and_gradients(run, inputs, grads))
 
 
 def execute_notebook(out):

@@ -11,7 +11,7 @@ pytest.importorskip("triton")
 
 from linattn_core.delta import delta_rule, deltanet_inputs
 from linattn_core.kernels.delta_rule.forward import delta_prepare
-from linattn_core.testing import KERNEL_RTOL, assert_close
+from linattn_core.testing import KERNEL_RTOL, assert_close, values_and_gradients
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -34,10 +34,10 @@ def check_against_recurrence(inputs, *, dtype, rtol, with_state=True, device=DEV
     names = ["output", "final state", "dq", "dk", "dv", "dbeta", "dS_0"][: len(leaves) + 2]
 
     def run(method, tensors, grads):
-        tensors = [x.detach().clone().requires_grad_() for x in tensors]
-        initial = tensors[4] if with_state else None
-        o, s = delta_rule(*tensors[:4], method=method, initial_state=initial)
-        return (o.detach(), s.detach(), *torch.autograd.grad((o, s), tensors, grads))
+        def rule(q, k, v, beta, initial=None):
+            return delta_rule(q, k, v, beta, method=method, initial_state=initial)
+
+        return values_and_gradients(rule, tensors, grads)
 
     expected = run("recurrent", leaves, (grad_o, grad_s))
     actual = run(

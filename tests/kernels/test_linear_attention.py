@@ -20,7 +20,14 @@ from linattn_core.kernels.linear_attention.forward import (
     segment_length,
     segment_sums,
 )
-from linattn_core.testing import KERNEL_RTOL, assert_close, in_float64, random_qkv, run_python
+from linattn_core.testing import (
+    KERNEL_RTOL,
+    assert_close,
+    in_float64,
+    random_qkv,
+    run_python,
+    values_and_gradients,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,9 +55,7 @@ def reference(phi_q, phi_k, v, *, normalize, causal=True, eps=1e-6):
 
 def outputs_and_gradients(attention, phi_q, phi_k, v, grad_out):
     """attention(φ(q), φ(k), v) and its gradients for the output gradient `grad_out`."""
-    inputs = [x.detach().clone().requires_grad_() for x in (phi_q, phi_k, v)]
-    out = attention(*inputs)
-    return (out.detach(), *torch.autograd.grad(out, inputs, grad_out))
+    return values_and_gradients(attention, (phi_q, phi_k, v), grad_out)
 
 
 def check_against_reference(phi_q, phi_k, v, *, normalize, rtol, eps=1e-6, dq_rtol=None):
