@@ -169,8 +169,8 @@ browser: venv
 
 # Compile every Triton kernel for A100 (sm_80) and H100 (sm_90) on this CPU and fail on a compile
 # error, a register spill, shared memory over the limit or 16-bit products off the tensor cores.
-# Results are cached by kernel source and options in ~/.cache/linattn_core/compile (cold: about
-# 23 minutes on 2 cores, 2,944 binaries).
+# Results are cached by kernel source and options in ~/.cache/linattn_core/compile (cold: 23-30
+# minutes on 2 cores, 2,944 binaries).
 gpu-compile: venv
 	$(PY) -m linattn_core.kernels.compile
 
