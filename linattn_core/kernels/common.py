@@ -1,6 +1,7 @@
-"""What the Triton kernels of both operations share: the matrix product they all use (`dot`),
-whether they run in the interpreter (`INTERPRETED`), the GPU they launch on (`device_arch`,
-`multiprocessors`) and the one rule for the inputs they accept (`check_inputs`).
+"""What the Triton kernels of both operations share: the matrix product they all use (`dot`) and
+its form for a float32 tile times a 16-bit one (`split_dot`), whether they run in the interpreter
+(`INTERPRETED`), the GPU they launch on (`device_arch`, `multiprocessors`) and the one rule for
+the inputs they accept (`check_inputs`).
 
 The rule: q and k `(..., N, d)`, v `(..., N, d_v)` with d and d_v in `SUPPORTED_DIMS` (whole
 tensor-core tiles, so no masking along the features), float32, bfloat16 or float16, one of
@@ -32,6 +33,26 @@ def dot(a, b, acc):
     if a.dtype == tl.float32:
         return tl.dot(a, b, acc, input_precision="tf32x3")
     return tl.dot(a, b, acc)
+
+
+@triton.jit
+def split_dot(a, b):
+    """a @ b for a float32 tile `a` and a tile `b` of the inputs' dtype, in float32. With 16-bit
+    `b`, `a` enters as two 16-bit terms, its rounding and the rounding's error: two products on
+    the 16-bit tensor cores keep about 16 of a's 24 bits (b is exact in its own type), at a third
+    of the cost of tf32x3's three TF32 products, each at half the 16-bit rate; for float16, whose
+    largest number is 65504, `a` is divided by its largest magnitude first, which multiplies the
+    product back. With float32 `b`, `dot`."""
+    if b.dtype == tl.float32:
+        product = dot(a, b, None)
+    else:
+        scale = 1.0
+        if b.dtype == tl.float16:
+            scale = tl.maximum(tl.max(tl.abs(a)), 1e-30)
+        a_hi = (a / scale).to(b.dtype)
+        a_lo = (a / scale - a_hi.to(tl.float32)).to(b.dtype)
+        product = tl.dot(a_lo, b, tl.dot(a_hi, b)) * scale
+    return product
 
 
 # The kernels run in the interpreter when TRITON_INTERPRET=1 was set before triton's first import:

@@ -20,15 +20,16 @@ computes dQ, the first two terms of dK, and dW; `delta_wy_kernel` differentiates
 inverse: the rest of dK, dV and dβ.
 
 The forward quantities are recomputed by the forward's kernels, so the forward pass saves only
-its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass (the
-inputs' dtype, float32 for the partial dK), accumulation in float32.
+its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass: the
+inputs' dtype, with the float32 tiles dR and dN as two terms of it (`split_dot`); accumulation
+in float32, and the partial dK in float32.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot
+from linattn_core.kernels.common import dot, split_dot
 from linattn_core.kernels.delta_rule.forward import delta_prepare, delta_states
 from linattn_core.kernels.tiles import tiles
 
@@ -197,35 +198,36 @@ def delta_wy_kernel(
     m_t = o_t < N
     b_beta = tl.load(beta + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)  # [C]
     p_a = a + (i_bh * tl.cdiv(N, C) * C + i_t * C + o_c[None, :]) * C + o_c[:, None]
-    b_at = tl.load(p_a).to(tl.float32)  # Aᵀ [C, C]
+    b_at = tl.load(p_a)  # Aᵀ [C, C], in the inputs' dtype
     b_dn = tl.zeros([C, C], dtype=tl.float32)  # −dR Xᵀ
     b_dbeta = tl.zeros([C], dtype=tl.float32)
     for i_k in range(K // BK):  # X = W: dR = Aᵀ dW into dβ and dK (diag(β) dR), and into dN
         rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
         b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_dr = dot(b_at, tl.load(dw + rows, mask=m_t[:, None], other=0.0).to(tl.float32), None)
+        b_dr = dot(b_at, tl.load(dw + rows, mask=m_t[:, None], other=0.0), None)
         b_dbeta += tl.sum(b_dr * b_k, axis=1)
-        b_w = tl.load(w + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_dn = dot(-b_dr, tl.trans(b_w), b_dn)
+        b_w = tl.load(w + rows, mask=m_t[:, None], other=0.0)
+        b_dn -= split_dot(b_dr, tl.trans(b_w))
         b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0) + b_beta[:, None] * b_dr
         tl.store(dk_partial + rows, b_dk, mask=m_t[:, None])
     for i_v in range(V // BV):  # X = Ũ: dR = Aᵀ dU into dβ, dV and dN
         rows = (i_bh * N + o_t[:, None]) * V + i_v * BV + tl.arange(0, BV)[None, :]
         b_v = tl.load(v + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_dr = dot(b_at, tl.load(du + rows, mask=m_t[:, None], other=0.0).to(tl.float32), None)
+        b_dr = dot(b_at, tl.load(du + rows, mask=m_t[:, None], other=0.0), None)
         b_dbeta += tl.sum(b_dr * b_v, axis=1)
-        b_uf = tl.load(u_free + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_dn = dot(-b_dr, tl.trans(b_uf), b_dn)
+        b_uf = tl.load(u_free + rows, mask=m_t[:, None], other=0.0)
+        b_dn -= split_dot(b_dr, tl.trans(b_uf))
         tl.store(dv + rows, (b_beta[:, None] * b_dr).to(dv.dtype.element_ty), mask=m_t[:, None])
     b_dn = tl.where(o_c[:, None] > o_c[None, :], b_dn, 0.0)  # N has entries on M⁻ only
+    b_dlt = tl.trans(b_beta[:, None] * b_dn)  # dLᵀ, dL = diag(β) dN
     for i_k in range(K // BK):  # N = diag(β)(K Kᵀ ⊙ M⁻): dβ and (dL + dLᵀ) K into dK
         rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
-        b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_dnk = dot(b_dn, b_k, None)  # dN K
-        b_dbeta += tl.sum(b_dnk * b_k, axis=1)  # Σ_j dN_ij k_i·k_j: rowsum(dN ⊙ L) by tiles
+        b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0)
+        b_dnk = split_dot(b_dn, b_k)  # dN K
+        b_dbeta += tl.sum(b_dnk * b_k.to(tl.float32), axis=1)  # rowsum(dN ⊙ L) by tiles
         b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0)
-        b_dk += b_beta[:, None] * b_dnk  # dL K, dL = diag(β) dN
-        b_dk = dot(tl.trans(b_beta[:, None] * b_dn), b_k, b_dk)  # dLᵀ K
+        b_dk += b_beta[:, None] * b_dnk  # dL K
+        b_dk += split_dot(b_dlt, b_k)  # dLᵀ K
         tl.store(dk + rows, b_dk.to(dk.dtype.element_ty), mask=m_t[:, None])
     tl.store(dbeta + i_bh * N + o_t, b_dbeta.to(dbeta.dtype.element_ty), mask=m_t)
 

@@ -20,17 +20,20 @@ the program's registers by the block recursion the chapter proves, on two blocks
 
     A = [[D_0, 0], [Y_10, D_1]],   D_r = (I + N_rr)⁻¹,   Y_10 = −D_1 N_10 D_0,
 
-with each D_r by forward substitution, both blocks at once, one row at a time
-(`unit_lower_inverse`): row i is e_i − Σ_{j<i} N_ij (row j); each step reads a row of N from
-the program's L1 cache and sums along a warp's lanes, so no step waits on another warp.
+and each D_r by the same recursion on its halves of C/4 rows (`unit_lower_inverse`), whose
+four inverses come from forward substitution, all at once, one row at a time (`substitute`):
+row i is e_i − Σ_{j<i} N_ij (row j); each step reads a row of N from the program's L1 cache
+and sums along a warp's lanes, so no step waits on another warp. (FLA's `solve_tril` likewise
+substitutes on 16 × 16 blocks and joins them by products.)
 Substitution is componentwise backward stable, and in DeltaNet's regime — unit keys,
 β ∈ (0, 1] — the chapter measures ‖A‖₂ between 1.7 and 2.3 over several key distributions (and
 proves ‖A‖_∞ ≤ 2 for a repeated key), so the inverse and its products stay in range.
 (The Neumann form (I − N)(I + N²)(I + N⁴)…, all matrix products, would be faster on tensor
 cores, but its factors hold binomial coefficients that must cancel: 5e17 for a repeated key at
 C = 64, which leaves float32 an error of 4e9.) A is computed in float32 whatever the inputs'
-dtype; W, Ũ, U and the states are stored in the inputs' dtype, the operand type of the products
-that read them; the walk keeps its state in float32.
+dtype, and multiplies 16-bit keys and values as two 16-bit terms (`split_dot`); W, Ũ, U and
+the states are stored in the inputs' dtype, the operand type of the products that read them;
+the walk keeps its state in float32.
 
 Layout: q, k `(B, H, N, K)`, v `(B, H, N, V)`, β `(B, H, N)`, the states at the chunks' starts
 `(B, H, NT, K, V)` (Sᵀ, as the products read them), the initial and final states `(B, H, V, K)`
@@ -41,26 +44,63 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot
+from linattn_core.kernels.common import dot, split_dot
 from linattn_core.kernels.tiles import tiles
 
 
 @triton.jit
+def substitute(p_n, corner, G: tl.constexpr, S: tl.constexpr, R: tl.constexpr):
+    """(I + N_g)⁻¹ of G strictly lower triangular S × S blocks by forward substitution, all at
+    once: row i of the inverse E is e_i − Σ_{j<i} N_ij (row j of E). Block g's entry (i, j) is
+    in memory at p_n + corner_g + i·R + j; E is held transposed, so that each step's sum over
+    j runs along a warp's lanes and no step waits on another warp. Returns Eᵀ `[G, S, S]`."""
+    o_j = tl.arange(0, S)
+    eye = o_j[:, None] == o_j[None, :]
+    b_et = tl.where(eye[None, :, :], 1.0, 0.0) + tl.zeros([G, S, S], dtype=tl.float32)
+    for i in range(1, S):
+        n_i = tl.load(p_n + corner[:, None] + i * R + o_j[None, :])  # row i of each N_g  [G, S]
+        e_i = tl.sum(b_et * n_i[:, None, :], axis=2)  # Σ_j N_ij E_jc  [G, S]
+        b_et = tl.where(o_j[None, None, :] == i, b_et - e_i[:, :, None], b_et)  # E's row i
+    return b_et
+
+
+@triton.jit
 def unit_lower_inverse(p_n, R: tl.constexpr):
-    """(I + N)⁻¹ of two strictly lower triangular R × R blocks, both at once, by forward
-    substitution: row i of the inverse Y is e_i − Σ_{j<i} N_ij (row j of Y). The blocks' rows
-    are in memory at p_n (float32, row i of block b at p_n + (b·R + i)·R; the program wrote them
-    and reads them back from its L1 cache), and Y is held transposed, so that each step's sum
-    over j runs along a warp's lanes: no step waits on another warp. Returns Yᵀ `[2, R, R]`."""
-    o_b = tl.arange(0, 2)[:, None]
-    o_j = tl.arange(0, R)
-    eye = tl.arange(0, R)[:, None] == tl.arange(0, R)[None, :]
-    b_yt = tl.where(eye[None, :, :], 1.0, 0.0) + tl.zeros([2, R, R], dtype=tl.float32)
-    for i in range(1, R):
-        n_i = tl.load(p_n + (o_b * R + i) * R + o_j[None, :])  # row i of each N  [2, R]
-        y_i = tl.sum(b_yt * n_i[:, None, :], axis=2)  # Σ_j N_ij Y_jc  [2, R]
-        b_yt = tl.where(o_j[None, None, :] == i, b_yt - y_i[:, :, None], b_yt)  # Y's row i
-    return b_yt
+    """(I + N)⁻¹ of two strictly lower triangular R × R blocks, both at once. The blocks' rows are
+    in memory at p_n (float32, row i of block b at p_n + (b·R + i)·R; the program wrote them and
+    reads them back from its L1 cache), and so, afterwards, are their inverses; returns them
+    `[2, R, R]`. Blocks of 32 rows or more are inverted by the same recursion on their halves of
+    S = R/2 rows, [[E_0, 0], [−E_1 N_10 E_0, E_1]], the four halves by `substitute` at once:
+    15 steps of 4 × 16 × 16 entries instead of 31 of 2 × 32 × 32. (Halves of fewer than 16 rows
+    are below the tensor cores' smallest product: float32 inputs, R = 16, substitute whole.)"""
+    o_b = tl.arange(0, 2)[:, None, None]
+    if R < 32:
+        b_inverse = tl.permute(substitute(p_n, tl.arange(0, 2) * R * R, 2, R, R), 0, 2, 1)
+    else:
+        b_inverse = _join_halves(p_n, o_b, R)
+    return b_inverse
+
+
+@triton.jit
+def _join_halves(p_n, o_b, R: tl.constexpr):
+    """`unit_lower_inverse` for R ≥ 32, through the blocks' halves."""
+    S: tl.constexpr = R // 2
+    o_g = tl.arange(0, 4)  # half g: rows and columns g % 2 · S + … of block g // 2
+    b_et = substitute(p_n, (o_g // 2) * R * R + (o_g % 2) * S * (R + 1), 4, S, R)
+    b_e0t, b_e1t = tl.split(tl.permute(tl.reshape(b_et, [2, 2, S, S]), 0, 2, 3, 1))  # [2, S, S]
+    o_j = tl.arange(0, S)
+    o_r, o_c = o_j[None, :, None], o_j[None, None, :]
+    b_n10t = tl.load(p_n + o_b * R * R + (S + o_c) * R + o_r)  # N_10ᵀ  [2, S, S]
+    b_y10t = -dot(b_e0t, dot(b_n10t, b_e1t, None), None)  # (−E_1 N_10 E_0)ᵀ
+    tl.debug_barrier()  # every row of N read before the inverses take its place
+    p_y = p_n + o_b * R * R + o_c * R + o_r  # where a transposed half's [b, r, c] goes: (c, r)
+    tl.store(p_y, b_e0t)
+    tl.store(p_y + S * R, b_y10t)
+    tl.store(p_y + S, tl.zeros([2, S, S], dtype=tl.float32))
+    tl.store(p_y + S * (R + 1), b_e1t)
+    tl.debug_barrier()
+    o_i = tl.arange(0, R)
+    return tl.load(p_n + o_b * R * R + o_i[None, :, None] * R + o_i[None, None, :])
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -109,8 +149,7 @@ def delta_prepare_kernel(
     tl.store(p_n + blocks, tl.where(below, b_beta0[:, None] * b_n00, 0.0))
     tl.store(p_n + R * R + blocks, tl.where(below, b_beta1[:, None] * b_n11, 0.0))
     tl.debug_barrier()  # every row stored before any is read
-    b_d0, b_d1 = tl.split(tl.permute(unit_lower_inverse(p_n, R), 1, 2, 0))  # D_0ᵀ, D_1ᵀ
-    b_d0, b_d1 = tl.trans(b_d0), tl.trans(b_d1)
+    b_d0, b_d1 = tl.split(tl.permute(unit_lower_inverse(p_n, R), 1, 2, 0))  # D_0, D_1
     tl.debug_barrier()  # every row read before A (which may share the memory) is stored
     b_y10 = -dot(b_d1, dot(b_beta1[:, None] * b_n10, b_d0, None), None)  # −D_1 N_10 D_0
 
@@ -120,24 +159,26 @@ def delta_prepare_kernel(
         tl.store(p_a + R, tl.zeros([R, R], dtype=a.dtype.element_ty))
         tl.store(p_a + R * C, b_y10.to(a.dtype.element_ty))
         tl.store(p_a + R * C + R, b_d1.to(a.dtype.element_ty))
+    b_d0, b_y10 = b_d0 * b_beta0[None, :], b_y10 * b_beta0[None, :]  # A diag(β), by blocks
+    b_d1 = b_d1 * b_beta1[None, :]
     for i_k in range(K // BK):  # W = A diag(β) K
         o_k = i_k * BK + tl.arange(0, BK)
-        apply_inverse(k, w, b_d0, b_y10, b_d1, b_beta0, b_beta1, i_bh, N, K, o_t0, o_k, R)
+        apply_inverse(k, w, b_d0, b_y10, b_d1, i_bh, N, K, o_t0, o_k, R)
     for i_v in range(V // BV):  # Ũ = A diag(β) V
         o_v = i_v * BV + tl.arange(0, BV)
-        apply_inverse(v, u, b_d0, b_y10, b_d1, b_beta0, b_beta1, i_bh, N, V, o_t0, o_v, R)
+        apply_inverse(v, u, b_d0, b_y10, b_d1, i_bh, N, V, o_t0, o_v, R)
 
 
 @triton.jit
-def apply_inverse(x, y, b_d0, b_y10, b_d1, b_beta0, b_beta1, i_bh, N, D, o_t0, o_d, R):
-    """Y = A diag(β) X on the columns o_d of X, Y `[B, H, N, D]`, with A by blocks of R rows:
-    Y_0 = D_0 (β X)_0 and Y_1 = Y_10 (β X)_0 + D_1 (β X)_1."""
+def apply_inverse(x, y, b_d0, b_y10, b_d1, i_bh, N, D, o_t0, o_d, R):
+    """Y = A diag(β) X on the columns o_d of X, Y `[B, H, N, D]`, with A diag(β) by blocks of R
+    rows (float32; X in the inputs' dtype, `split_dot`): Y_0 = D_0 X_0, Y_1 = Y_10 X_0 + D_1 X_1."""
     m_t0, m_t1 = o_t0 < N, o_t0 + R < N
     rows = (i_bh * N + o_t0[:, None]) * D + o_d[None, :]  # the first block's  [R, BD]
-    b_x0 = b_beta0[:, None] * tl.load(x + rows, mask=m_t0[:, None], other=0.0).to(tl.float32)
-    b_x1 = tl.load(x + rows + R * D, mask=m_t1[:, None], other=0.0).to(tl.float32)
-    b_y0 = dot(b_d0, b_x0, None)
-    b_y1 = dot(b_d1, b_beta1[:, None] * b_x1, dot(b_y10, b_x0, None))
+    b_x0 = tl.load(x + rows, mask=m_t0[:, None], other=0.0)
+    b_x1 = tl.load(x + rows + R * D, mask=m_t1[:, None], other=0.0)
+    b_y0 = split_dot(b_d0, b_x0)
+    b_y1 = split_dot(b_y10, b_x0) + split_dot(b_d1, b_x1)
     tl.store(y + rows, b_y0.to(y.dtype.element_ty), mask=m_t0[:, None])
     tl.store(y + rows + R * D, b_y1.to(y.dtype.element_ty), mask=m_t1[:, None])
 

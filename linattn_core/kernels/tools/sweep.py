@@ -35,14 +35,10 @@ VARIANTS = (
         {k: {"num_warps": 8} for k in ("segment_dq", "segment_dk", "segment_dv")},
     ),
     ("delta", "table", {}),
-    ("delta", "prepare: 2 warps", {"delta_prepare": {"num_warps": 2}}),
-    ("delta", "prepare: 8 warps", {"delta_prepare": {"num_warps": 8}}),
-    (
-        "delta",
-        "walks: 2 stages",
-        {k: {"num_stages": 2} for k in ("delta_states", "delta_states_bwd")},
-    ),
-    ("delta", "walks: BV 16", {k: {"block_v": 16} for k in ("delta_states", "delta_states_bwd")}),
+    ("delta", "prepare: BK 32", {"delta_prepare": {"block_k": 32, "block_v": 32}}),
+    ("delta", "prepare: 4 warps", {"delta_prepare": {"num_warps": 4}}),
+    ("delta", "wy: BK 32", {"delta_wy": {"block_k": 32, "block_v": 32}}),
+    ("delta", "walks: BV 32", {k: {"block_v": 32} for k in ("delta_states", "delta_states_bwd")}),
 )
 
 
