@@ -14,7 +14,8 @@ import torch
 from linattn_core.bench import RECORD_KEYS, complexity, estimate_peak_bytes, slopes
 from linattn_core.bench.__main__ import main
 from linattn_core.bench.complexity import powers_of_two
-from linattn_core.bench.memory import SAFETY
+from linattn_core.bench.fresh import run_fresh
+from linattn_core.bench.memory import SAFETY, memory_budget, resident_peak_growth
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -354,3 +355,19 @@ def test_gpu_check_table_sets_ours_beside_fla_and_sdpa():
     check |= {"rtol": 2e-3, "errors": {"o": 7e-4, "dq": 3e-3}, "passed": False}
     assert check_line(check).startswith("FAIL delta  float16  d=64  N=777")
     assert check_line(check).endswith("o 7.0e-04, dq 3.0e-03 (rtol 0.002)")
+
+
+def test_run_fresh_returns_the_functions_json_or_its_error():
+    assert 0 < run_fresh(memory_budget, device="cpu") < 2**50
+    with pytest.raises(RuntimeError, match=r"memory_budget(.|\n)*Invalid device string"):
+        run_fresh(memory_budget, device="no such device")
+
+
+def test_resident_peak_growth_sees_a_buffer_touched_and_freed():
+    def touch():
+        buffer = torch.ones(64 * 2**20 // 8, dtype=torch.float64)  # 64 MiB, written
+        return float(buffer[-1])
+
+    grown, how, result = resident_peak_growth(touch)
+    assert result == 1.0 and how in {"VmHWM", "ru_maxrss"}
+    assert grown >= 60 * 2**20

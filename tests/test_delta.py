@@ -4,8 +4,6 @@ checked against the definition), the generators of DeltaNet inputs and of genera
 outputs, final states, gradients, odd shapes, bad inputs, what a zero on the diagonal does, and
 the O(n) memory of `triangular_solve`."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from linattn_core.attention import linear_attention
+from linattn_core.bench.fresh import run_fresh
+from linattn_core.bench.memory import resident_peak_growth
 from linattn_core.delta import (
     delta_rule,
     delta_rule_loop,
@@ -22,7 +23,7 @@ from linattn_core.delta import (
     triangular_solve,
     triangular_system_inputs,
 )
-from linattn_core.testing import assert_close
+from linattn_core.testing import assert_close, random_qkv, relative_error
 from tests.shapes import CHUNKED_SHAPES, RANDOM_SHAPES
 
 RTOL = 1e-10
@@ -436,42 +437,26 @@ def test_triangular_system_inputs_rejects_bad_sizes(args, kwargs, error, match):
 N, D = 2**16, 16
 PEAK_INCREASE_LIMIT_BYTES = 512 * 2**20  # one n×n float64 matrix would take 32 GiB
 
-# Solves a DeltaNet-type system (unit keys, β ∈ (0, 1), λ = 1) of length 2^16 and prints how
-# much the peak resident set size grew during the solve (VmHWM, KiB: the child's own peak;
-# ru_maxrss would start at the parent's, which Linux carries over through exec) and the
-# relative residual ‖T x − v‖/‖v‖, computed without T through causal linear attention:
-# (T x)_i = x_i + Σ_{j<i} (q_i·k_j) x_j.
-CHILD = f"""
-import re
-import torch
-from linattn_core import linear_attention
-from linattn_core.delta import triangular_solve
-from linattn_core.testing import random_qkv, relative_error
 
-_, k, v = random_qkv(n={N}, d={D})
-k = k / k.norm(dim=-1, keepdim=True)
-q = torch.rand({N}, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * k
-diag = torch.ones({N}, dtype=torch.float64)
-def peak_kib():
-    with open("/proc/self/status") as status:
-        return int(re.search(r"VmHWM:\\s*(\\d+) kB", status.read()).group(1))
-before_kib = peak_kib()
-x = triangular_solve(q, k, diag, v)
-after_kib = peak_kib()
-inclusive = linear_attention(q, k, x, causal=True, normalize=False, method="chunked")
-tx = x + inclusive - (q * k).sum(-1, keepdim=True) * x
-print(after_kib - before_kib, relative_error(tx, v))
-"""
+def solve_long_system():
+    """Solves a DeltaNet-type system (unit keys, β ∈ (0, 1), λ = 1) of length 2^16, in a fresh
+    process (`run_fresh`): how much the peak resident memory grew during the solve
+    (`resident_peak_growth`) and the relative residual ‖T x − v‖/‖v‖, computed without T through
+    causal linear attention: (T x)_i = x_i + Σ_{j<i} (q_i·k_j) x_j."""
+    _, k, v = random_qkv(n=N, d=D)
+    k = k / k.norm(dim=-1, keepdim=True)
+    q = torch.rand(N, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * k
+    diag = torch.ones(N, dtype=torch.float64)
+    increase, _, x = resident_peak_growth(lambda: triangular_solve(q, k, diag, v))
+    inclusive = linear_attention(q, k, x, causal=True, normalize=False, method="chunked")
+    tx = x + inclusive - (q * k).sum(-1, keepdim=True) * x
+    return {"increase": increase, "residual": relative_error(tx, v)}
 
 
 @pytest.mark.slow
 def test_triangular_solve_stays_in_linear_memory():
     root = Path(__file__).resolve().parents[1]
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=root, capture_output=True, text=True, timeout=120
-    )
-    assert child.returncode == 0, child.stderr
-    increase_kib, residual = child.stdout.split()
-    increase = int(increase_kib) * 1024
+    child = run_fresh(solve_long_system, cwd=root, timeout=120)
+    increase, residual = child["increase"], child["residual"]
     assert increase < PEAK_INCREASE_LIMIT_BYTES, f"peak RSS grew by {increase >> 20} MiB"
     assert float(residual) < 1e-12, f"relative residual {residual}"

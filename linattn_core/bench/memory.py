@@ -133,7 +133,7 @@ class CpuMemoryProbe:
     def __enter__(self):
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD))
         self._server = subprocess.Popen(
-            [sys.executable, "-c", _FORK_SERVER],
+            [sys.executable, "-m", "linattn_core.bench.memory"],  # serve_forks
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -174,31 +174,28 @@ class CpuMemoryProbe:
         self._server.stderr.close()
 
 
-# The helper: reads one JSON request per line, forks a child that measures it, prints the result.
-_FORK_SERVER = """
-import json, os, sys
-from linattn_core.bench.memory import _child
-
-print("ready", flush=True)  # imports done: nothing of this process competes with timings now
-for line in sys.stdin:
-    readable, writable = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(readable)
-        try:
-            result = _child(**json.loads(line))
-        except BaseException as error:
-            result = {"error": repr(error)}
-        os.write(writable, json.dumps(result).encode())
-        os._exit(0)
-    os.close(writable)
-    with os.fdopen(readable, "rb") as reply:
-        data = reply.read()
-    _, status = os.waitpid(pid, 0)
-    if not data:
-        data = json.dumps({"error": f"the child ended with status {status} and no result"})
-    print(data if isinstance(data, str) else data.decode(), flush=True)
-"""
+def serve_forks():
+    """The helper process of `CpuMemoryProbe` (`python -m linattn_core.bench.memory`): reads one
+    JSON request per line, forks a child that measures it with `_child`, prints the result."""
+    print("ready", flush=True)  # imports done: nothing of this process competes with timings now
+    for line in sys.stdin:
+        readable, writable = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(readable)
+            try:
+                result = _child(**json.loads(line))
+            except BaseException as error:
+                result = {"error": repr(error)}
+            os.write(writable, json.dumps(result).encode())
+            os._exit(0)
+        os.close(writable)
+        with os.fdopen(readable, "rb") as reply:
+            data = reply.read().decode()
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            data = json.dumps({"error": f"the child ended with status {status} and no result"})
+        print(data, flush=True)
 
 
 def _status_bytes(key):
@@ -220,6 +217,20 @@ def _reset_high_water_mark():
     return True
 
 
+def resident_peak_growth(function):
+    """(bytes, how, function()): how far this process's peak resident memory rose above its
+    resident memory before the call, how in {"VmHWM", "ru_maxrss"} (see the module's docstring;
+    run it in a fresh process, with MALLOC_MMAP_THRESHOLD_ fixed, for a call's own peak)."""
+    reset = _reset_high_water_mark()
+    before = _status_bytes("VmRSS")
+    result = function()
+    if reset:
+        peak, how = _status_bytes("VmHWM"), "VmHWM"
+    else:
+        peak, how = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "ru_maxrss"
+    return max(0, peak - before), how, result
+
+
 def _child(method, n, d, causal, dtype, threads):
     """The measurement in a fresh process: returns {"peak_bytes", "how"}."""
     from linattn_core.bench.methods import METHODS
@@ -230,12 +241,10 @@ def _child(method, n, d, causal, dtype, threads):
     q, k, v = make_inputs(n, d, dtype=dtype)
     with torch.inference_mode():
         run(*make_inputs(min(n, WARMUP_N), d, dtype=dtype), causal)  # one-time initialization
-        reset = _reset_high_water_mark()
-        before = _status_bytes("VmRSS")
-        out = run(q, k, v, causal)
-        if reset:
-            peak, how = _status_bytes("VmHWM"), "VmHWM"
-        else:
-            peak, how = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "ru_maxrss"
+        peak, how, out = resident_peak_growth(lambda: run(q, k, v, causal))
     del out
-    return {"peak_bytes": max(0, peak - before), "how": how}
+    return {"peak_bytes": peak, "how": how}
+
+
+if __name__ == "__main__":
+    serve_forks()

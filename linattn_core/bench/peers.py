@@ -26,17 +26,15 @@ returns large blocks to the system page-faults them again on every call).
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from linattn_core.bench.memory import MMAP_THRESHOLD
+from linattn_core.bench.fresh import run_fresh
+from linattn_core.bench.memory import MMAP_THRESHOLD, resident_peak_growth
 from linattn_core.testing import relative_error
 
 HEADS, D, EPS = 8, 64, 1e-6
@@ -182,54 +180,38 @@ def round_robin(names, n, *, backward, rounds, max_seconds):
     }
 
 
-_FRESH = """
-import json, os, sys, time, torch
-from linattn_core.bench import peers
-request = json.loads(sys.argv[1])
-torch.set_num_threads(request["threads"])
-function = peers.IMPLEMENTATIONS[request["name"]][0]
-peers.call(function, peers.inputs(256, grad=request["backward"]), request["backward"])  # pools
-args = peers.inputs(request["n"], grad=request["backward"])
-result = {}
-if request["measure"] == "memory":
-    with open("/proc/self/statm") as statm:
-        before = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset VmHWM, the peak resident memory
-    peers.call(function, args, request["backward"])
-    with open("/proc/self/status") as status:
-        hwm = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
-    result["peak_bytes"] = hwm - before
-else:
+def measure_once(name, n, backward, threads, measure):
+    """One implementation's call in this process, which must be fresh (`fresh_process`): "memory"
+    (the peak bytes it adds, `resident_peak_growth`) or "first" (the first call's time and the
+    median of three warm calls after it)."""
+    torch.set_num_threads(threads)
+    function = IMPLEMENTATIONS[name][0]
+    call(function, inputs(256, grad=backward), backward)  # thread pools and library buffers
+    args = inputs(n, grad=backward)
+    if measure == "memory":
+        peak, _, _ = resident_peak_growth(lambda: call(function, args, backward))
+        return {"peak_bytes": peak}
     start = time.perf_counter()
-    peers.call(function, args, request["backward"])
-    result["first_seconds"] = time.perf_counter() - start
+    call(function, args, backward)
+    result = {"first_seconds": time.perf_counter() - start}
     warm = []
     for _ in range(3):
         start = time.perf_counter()
-        peers.call(function, args, request["backward"])
+        call(function, args, backward)
         warm.append(time.perf_counter() - start)
-    result["warm_seconds"] = sorted(warm)[1]
-print(json.dumps(result))
-"""
+    return result | {"warm_seconds": sorted(warm)[1]}
 
 
 def fresh_process(name, n, *, backward, threads, measure):
-    """Measure one call in a new process: "memory" (peak bytes added, a fixed mmap threshold
-    so that resident memory follows the live tensors) or "first" (the first call's time with the
-    default allocator, and the warm median after it)."""
+    """`measure_once` in a new process: for "memory" with a fixed mmap threshold, so that
+    resident memory follows the live tensors; for "first" with the default allocator."""
     env = dict(os.environ)
     if measure == "memory":
         env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
     else:
         env.pop("MALLOC_MMAP_THRESHOLD_", None)
     request = {"name": name, "n": n, "backward": backward, "threads": threads, "measure": measure}
-    done = subprocess.run(
-        [sys.executable, "-c", _FRESH, json.dumps(request)], capture_output=True, text=True, env=env
-    )
-    if done.returncode:
-        raise RuntimeError(f"peers: measuring {request} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.splitlines()[-1])
+    return run_fresh(measure_once, env=env, **request)
 
 
 def run(ns, threads, *, rounds=5, max_seconds=20.0, progress=print):
