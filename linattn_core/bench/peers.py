@@ -24,10 +24,10 @@ in a fresh process with glibc's default allocator against the warm median (an al
 returns large blocks to the system page-faults them again on every call).
 """
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
-import statistics
 import time
 
 import torch
@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from linattn_core.bench.fresh import run_fresh
 from linattn_core.bench.memory import MMAP_THRESHOLD, resident_peak_growth
 from linattn_core.testing import relative_error
+from linattn_core.timing import median_times
 
 HEADS, D, EPS = 8, 64, 1e-6
 CHECK_N = 1024
@@ -156,27 +157,26 @@ def call(function, args, backward):
 
 
 def round_robin(names, n, *, backward, rounds, max_seconds):
-    """{name: median seconds} at N = n, every implementation once per round; an implementation
-    whose first call takes longer than `max_seconds` is timed once ("single": True)."""
+    """{name: median seconds} at N = n, every implementation once per round (`median_times`);
+    an implementation whose first call takes longer than `max_seconds` is timed once
+    ("single": True)."""
     args = {name: inputs(n, grad=backward) for name in names}
-    times = {name: [] for name in names}
+    calls = {
+        name: functools.partial(call, IMPLEMENTATIONS[name][0], args[name], backward)
+        for name in names
+    }
+    first = {}
     for name in names:  # the first call: warms caches and thread pools, and guards the time
         start = time.perf_counter()
-        call(IMPLEMENTATIONS[name][0], args[name], backward)
-        times[name].append(time.perf_counter() - start)
-    slow = {name for name in names if times[name][0] > max_seconds}
-    for name in names:
-        if name not in slow:
-            times[name].clear()
-    for _ in range(rounds):
-        for name in names:
-            if name in slow:
-                continue
-            start = time.perf_counter()
-            call(IMPLEMENTATIONS[name][0], args[name], backward)
-            times[name].append(time.perf_counter() - start)
+        calls[name]()
+        first[name] = time.perf_counter() - start
+    slow = {name for name in names if first[name] > max_seconds}
+    timed = median_times(
+        {name: calls[name] for name in names if name not in slow}, repeats=rounds, warmup=0
+    )
     return {
-        name: {"seconds": statistics.median(t), "single": name in slow} for name, t in times.items()
+        name: {"seconds": first[name] if name in slow else timed[name], "single": name in slow}
+        for name in names
     }
 
 
