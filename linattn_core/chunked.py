@@ -21,10 +21,10 @@ numerator of a value column of ones, whose output gradient is â), and M_ij = ĝ
     dk_j = Σ_{i ≥ j} M_ij q_i = v_j D_{t+1}ᵀ + y_{t+1} + Σ_{j ≤ i < (t+1)C} M_ij q_i
     dv_j = Σ_{i ≥ j} (q_i·k_j) ĝ_i = k_j D_{t+1} + Σ_{j ≤ i < (t+1)C} (q_i·k_j) ĝ_i
 
-with the backward states D_t = Σ_{i ≥ tC} q_iᵀ ĝ_i and y_t = Σ_{i ≥ tC} â_i q_i (book, 11_triton,
-the chunked gradients). The forward pass saves its inputs, o, r and the state at the start of each
-segment (N / segment states of d × d_v); the backward pass walks the segments from last to first,
-carrying D and y.
+with the backward states D_t = Σ_{i ≥ tC} q_iᵀ ĝ_i and y_t = Σ_{i ≥ tC} â_i q_i (the book's
+chapter "Writing the kernel", section "The backward pass"). The forward pass saves its inputs,
+o, r and the state at the start of each segment (N / segment states of d × d_v); the backward
+pass walks the segments from last to first, carrying D and y.
 """
 
 import math

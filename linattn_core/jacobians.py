@@ -1,4 +1,5 @@
-"""Closed-form Jacobians of the transformer's building blocks (chapters/09_attention_jacobians).
+"""Closed-form Jacobians of the transformer's building blocks (the book's chapter "Attention
+Jacobians and training stability").
 
 Vectors are columns and Jacobians are in numerator layout: ``J[i, j] = ∂f_i/∂x_j``, shape
 ``(out, in)``. Functions of a vector accept leading batch dimensions ``(..., d)`` and return
