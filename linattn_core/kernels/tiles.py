@@ -7,7 +7,7 @@ small a tile wastes the tensor cores and re-reads the inputs once per tile. The 
 chosen with `python -m linattn_core.kernels.tools.compile`, which compiles every kernel for A100
 (sm_80) and H100 (sm_90) on a CPU and reports registers, spills, shared memory and occupancy
 (`figures/kernels_compiled.json`): every entry compiles without a spill and within its
-architecture's shared memory, 25 configurations of them with a register budget for ptxas
+architecture's shared memory, 45 configurations of them with a register budget for ptxas
 (`REGISTER_BUDGETS`). The rules:
 
 - a kernel's tile is its widest block (`WIDEST`) or the head size if smaller: 64 columns for
@@ -22,7 +22,9 @@ architecture's shared memory, 25 configurations of them with a register budget f
 The sm_90 entries of the delta rule were measured on an H200 (`figures/gpu/*/tile_sweep.json`,
 each variant against the table of the day, in one run): 8 warps in prepare took 1.6 times as long
 as 4, and 2 warps 0.91 times; walks of 2 stages 1.18 times as long as 3; walks of BV = 16, 0.95
-times BV = 32 (forward, N = 16384, B·H = 16, d = 64).
+times BV = 32 (forward, N = 16384, B·H = 16, d = 64). Once prepare and wy multiplied in 16 bits
+(`common.split_dot`), wider tiles for them (BK = 32) and 4 warps in prepare were within 7 % of
+the table, either way, at N = 16384 and 65536 (2026-11-27).
 
 No autotuning: the Triton interpreter, which tests these kernels on CPUs, runs the same entries,
 and the compile check can prove each one. GPUs other than sm_90 get the sm_80 entries, whose
@@ -75,8 +77,9 @@ GPU_LIMITS = {
 # kernel → its widest block for (16-bit inputs on sm_90, 16-bit inputs on sm_80, float32 inputs):
 # BK for the kernels that tile the features, BV for those that tile the values, both for the
 # segment kernels (which hold a BK × BV tile of a state); the delta rule's prepare and wy kernels
-# multiply in float32 whatever the inputs. sm_80's products take their operands from registers,
-# where sm_90's read them from shared memory: its walks take narrower tiles.
+# hold float32 C × C tiles (the inverse, dN) whatever the inputs. sm_80's products take their
+# operands from registers, where sm_90's read them from shared memory: its walks take narrower
+# tiles.
 WIDEST = {
     "segment_sums": (64, 64, 32),
     "segment_output": (64, 32, 16),
@@ -105,9 +108,13 @@ REGISTER_BUDGETS = {
     ("delta_dqk", 90, "float32", 16, 32): 144,
     ("delta_dqk", 90, "float32", 64, 32): 144,
     ("delta_dqk", 90, "float32", 128, 32): 144,
-    ("delta_prepare", 80, "bfloat16", 16, 32): 192,
-    ("delta_prepare", 89, "bfloat16", 16, 32): 192,
-    ("delta_prepare", 90, "float16", 16, 16): 192,
+    ("delta_prepare", 80, "bfloat16", 16, 32): 208,
+    ("delta_prepare", 80, "bfloat16", 16, 64): 200,
+    ("delta_prepare", 80, "bfloat16", 16, 128): 200,
+    ("delta_prepare", 89, "bfloat16", 16, 64): 200,
+    ("delta_prepare", 89, "bfloat16", 16, 128): 200,
+    ("delta_prepare", 89, "float32", 128, 16): 104,
+    ("delta_prepare", 90, "float32", 16, 32): 104,
     ("delta_states", 89, "bfloat16", 64, 64): 104,
     ("delta_states", 89, "float16", 64, 64): 96,
     ("delta_states", 89, "float32", 64, 16): 144,
@@ -118,9 +125,25 @@ REGISTER_BUDGETS = {
     ("delta_states_bwd", 89, "float16", 64, 32): 104,
     ("delta_states_bwd", 89, "float16", 64, 64): 104,
     ("delta_states_bwd", 89, "float16", 64, 128): 104,
-    ("delta_wy", 89, "float32", 32, 16): 144,
+    ("delta_wy", 80, "bfloat16", 32, 64): 136,
+    ("delta_wy", 80, "bfloat16", 32, 128): 136,
+    ("delta_wy", 89, "bfloat16", 32, 32): 136,
+    ("delta_wy", 89, "bfloat16", 64, 32): 136,
+    ("delta_wy", 89, "bfloat16", 64, 128): 136,
+    ("delta_wy", 89, "bfloat16", 128, 32): 136,
+    ("delta_wy", 89, "bfloat16", 128, 64): 136,
+    ("delta_wy", 89, "float16", 64, 16): 136,
+    ("delta_wy", 89, "float16", 64, 32): 136,
+    ("delta_wy", 89, "float16", 64, 128): 136,
+    ("delta_wy", 89, "float16", 128, 16): 136,
+    ("delta_wy", 89, "float16", 128, 32): 136,
+    ("delta_wy", 89, "float16", 128, 64): 136,
     ("delta_wy", 89, "float32", 32, 32): 136,
+    ("delta_wy", 89, "float32", 64, 16): 144,
+    ("delta_wy", 89, "float32", 128, 16): 144,
     ("delta_wy", 90, "float32", 32, 16): 136,
+    ("delta_wy", 90, "float32", 64, 16): 136,
+    ("delta_wy", 90, "float32", 128, 16): 136,
     ("segment_sums", 89, "float16", 32, 128): 72,
     ("segment_sums", 89, "float16", 64, 64): 104,
     ("segment_sums", 89, "float16", 128, 64): 104,
