@@ -38,7 +38,7 @@ from linattn_core.validation import (
     softmax_scale,
 )
 
-METHODS = ("auto", "parallel", "recurrent", "chunked", "triton")
+LINEAR_ATTENTION_METHODS = ("auto", "parallel", "recurrent", "chunked", "triton")
 
 
 def softmax_attention(q, k, v, *, causal=False, scale=None):
@@ -208,7 +208,7 @@ def linear_attention(
     """
     fn = "linear_attention"
     check_attention_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v)
-    check_choice(fn, "method", method, METHODS)
+    check_choice(fn, "method", method, LINEAR_ATTENTION_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     check_eps(fn, eps)
 

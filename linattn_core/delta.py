@@ -46,7 +46,7 @@ from linattn_core.validation import (
 )
 
 __all__ = [
-    "METHODS",
+    "DELTA_RULE_METHODS",
     "delta_rule",
     "delta_rule_loop",
     "deltanet_inputs",
@@ -56,7 +56,7 @@ __all__ = [
     "triangular_system_inputs",
 ]
 
-METHODS = ("recurrent", "chunked", "triton")
+DELTA_RULE_METHODS = ("recurrent", "chunked", "triton")
 
 
 def triangular_matrix(q, k, diag):
@@ -214,7 +214,7 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     """
     fn = "delta_rule"
     _check_delta_inputs(fn, q, k, v, beta, initial_state)
-    check_choice(fn, "method", method, METHODS)
+    check_choice(fn, "method", method, DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     if method == "triton":
         from linattn_core.kernels import triton_delta_rule  # triton is optional

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from linattn_core import feature_maps
-from linattn_core.attention import METHODS, linear_attention, softmax_attention
+from linattn_core.attention import LINEAR_ATTENTION_METHODS, linear_attention, softmax_attention
 from linattn_core.validation import (
     ArgumentTypeError,
     check_choice,
@@ -125,7 +125,7 @@ class LinearSelfAttention(_MultiHeadSelfAttention):
             raise ArgumentTypeError(
                 f"{fn}: feature_map must be callable; got {type(feature_map).__name__}"
             )
-        check_choice(fn, "method", method, METHODS)
+        check_choice(fn, "method", method, LINEAR_ATTENTION_METHODS)
         check_positive_int(fn, "chunk_size", chunk_size)
         check_eps(fn, eps)
         self.feature_map = feature_map

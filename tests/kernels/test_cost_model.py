@@ -9,7 +9,7 @@ pytest.importorskip("triton")
 
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
-from linattn_core.kernels.tools.costs import (
+from linattn_core.kernels.tools.cost_model import (
     PUBLISHED_PEAKS,
     backward_costs,
     forward_costs,

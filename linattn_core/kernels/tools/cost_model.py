@@ -22,7 +22,7 @@ plus the float32 vectors of the normalizer (r, a, z, y: 4 bytes a number), the f
 of a gradient whose sum runs over several tiles (nk > 1 or nv > 1), the second product of a
 16-bit state where normalization makes two terms cancel (`dot_state`), and torch's prefix sums
 and a = −g·o.
-`tests/kernels/test_costs.py` checks every count against what the kernels do in the
+`tests/kernels/test_cost_model.py` checks every count against what the kernels do in the
 Triton interpreter. The roofline time of a kernel is max(FLOPs / P, bytes / β), with P the peak
 rate of its operands' tensor cores (float32 runs as three TF32 products: a third of the TF32
 rate, which is half the 16-bit one) and β the memory bandwidth; a pass takes the sum over its
