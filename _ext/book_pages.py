@@ -12,7 +12,7 @@ setting), explicitly.
 
 A notebook executed with widgets stores their state (for JupyterLab), and myst-nb puts that state
 and the ipywidgets scripts on its page. The book shows every widget output by its HTML twin
-(`linattn_core.explorable`, ranked first in _config.yml), so no widget view is rendered: a page
+(`linattn_core.book.explorable`, ranked first in _config.yml), so no widget view is rendered: a page
 with no widget view gets neither the state nor the scripts (megabytes of saved plot outputs that
 nothing reads).
 

@@ -14,7 +14,7 @@ Once Sphinx has written the book (`build-finished`), every page is finished here
   place of the theme's icon script (1.5 MB for every icon of Font Awesome); the icon font of the
   theme's admonition titles is cut to the characters the theme's stylesheet uses.
 - **Images embedded as data (`data:image/png;base64,…`) become files** under `_images/inline/`:
-  the frames of an interactive figure (`linattn_core.explorable`) load when a reader picks
+  the frames of an interactive figure (`linattn_core.book.explorable`) load when a reader picks
   them, not with the page. Every image of a page is loaded lazily, as it nears the screen, its
   size given by width and height attributes that keep its aspect ratio when it shrinks.
 """

@@ -1,7 +1,7 @@
 // A figure is drawn for the 784 px column of a wide window; on a phone it shrinks to the width of
 // the screen, and its text with it (to 4 or 5 px). Tapping (or clicking) a figure that is shown
 // smaller than it was drawn opens it at its drawn size in a dialog that scrolls, where its text
-// is as large as the book measured it (linattn_core.plotting); the close button, Escape or a tap
+// is as large as the book measured it (linattn_core.book.plotting); the close button, Escape or a tap
 // outside the figure close it. The frames of interactive figures are replaced as their controls
 // move, so the page listens once, for every figure image, present or future.
 (function () {

@@ -4,41 +4,57 @@ The package behind the book *Linear Attention, from Kernels to GPUs*. Every func
 PyTorch tensors with any leading batch dimensions, queries and keys `(..., N, d)` and values
 `(..., N, d_v)`, validates its inputs, and is tested against a float64 reference.
 
-- `softmax_attention`, `kernel_attention`, `linear_attention`: the attention functions
-  (`method="triton"` runs the GPU kernels of `linattn_core.kernels`);
-- `LinearSelfAttention`, `SoftmaxSelfAttention`: multi-head attention layers built on them;
+Its code is of three kinds, one place each.
+
+**Attention, at the top level** (imported here, or on demand):
+
+- `softmax_attention`, `kernel_attention`, `linear_attention` (`attention`; `chunked` is the causal
+  chunked form): the attention functions, `method="triton"` running the GPU kernels; the state
+  that causal linear attention carries, `LinearAttentionState`, in and out of every method;
+- `LinearSelfAttention`, `SoftmaxSelfAttention` (`modules`): multi-head attention layers;
 - `feature_maps`: the maps φ that turn queries and keys into features for kernel attention;
 - `favor`, `eam`, `delta`: FAVOR+ random features, Efficient Attention, the delta rule;
-- `calculus`, `jacobians`: matrix-calculus checks and the Jacobians of attention blocks;
-- `testing`, `timing`: relative errors, seeded inputs and timings, shared by tests and book;
-- `validation`: the input checks of every public function.
+- `decoding`, `kv_cache`, `transformer`: one generated token, what a decoder keeps, a small GPT
+  block; `jacobians`: the Jacobians of attention blocks; `costs`: their FLOP, byte and memory
+  models and crossover lengths;
+- `validation`: the input checks of every public function; `testing`: relative errors and seeded
+  inputs, shared by the tests and the book; `provenance`: the device, versions, date and
+  command stored with every measurement;
+- `kernels/`: the Triton kernels behind `method="triton"` (importing it imports triton).
 
-Imported on demand, one module per concept of the book: `linalg` (vec, Kronecker products,
-rotations, RoPE, Gram–Schmidt, power iteration), `linear_systems` (LU, triangular solves, least
-mean squares), `norms`, `probability`, `random_matrices`, `descent` (gradient descent and step
-sizes), `transformer` (a small GPT block, its parameters, FLOPs and activation memory),
-`decoding` (one generated token), `costs` (FLOP and memory models), `show` (`show_source`, the
-package's code in the book); and, with heavier dependencies, `linattn_core.kernels` (triton),
-`linattn_core.bench` (the benchmark harness), `linattn_core.widgets` (ipywidgets).
+**The mathematical toolkit**, `maths/` (the book's linear algebra, matrix calculus and
+probability): `linalg`, `linear_systems`, `matrix_norms`, `probability`, `random_matrices`,
+`descent`, `calculus` (`linattn_core.calculus` is `linattn_core.maths.calculus`).
+
+**Measurement and the book's machinery**: `bench/`, the benchmark harness and the one
+measurement layer (`bench.timing`, the interleaved median timer; `bench.memory`, the memory
+probe); `book/`, what the chapters show with (ipywidgets, matplotlib): `explorable` (interactive
+figures), `explorers` (the scaling chapter's explorers), `plotting`, `show` (`show_source`); and
+`exercises/`, the self-checking kernel puzzles.
 """
 
 from linattn_core import (
-    calculus,
     delta,
     eam,
     favor,
     feature_maps,
     jacobians,
     testing,
-    timing,
     validation,
 )
-from linattn_core.attention import kernel_attention, linear_attention, softmax_attention
+from linattn_core.attention import (
+    LinearAttentionState,
+    kernel_attention,
+    linear_attention,
+    softmax_attention,
+)
+from linattn_core.maths import calculus
 from linattn_core.modules import LinearSelfAttention, SoftmaxSelfAttention
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LinearAttentionState",
     "LinearSelfAttention",
     "SoftmaxSelfAttention",
     "__version__",
@@ -52,6 +68,5 @@ __all__ = [
     "linear_attention",
     "softmax_attention",
     "testing",
-    "timing",
     "validation",
 ]

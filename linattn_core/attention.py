@@ -26,6 +26,7 @@ the keys in blocks (FlashAttention's recurrence), which saves memory but not ari
 """
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -34,7 +35,10 @@ from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
     check_eps,
+    check_flag,
     check_positive_int,
+    check_same_dtype_and_device,
+    check_tensor,
     softmax_scale,
 )
 
@@ -73,8 +77,8 @@ def softmax_attention(q, k, v, *, causal=False, scale=None):
     return scores.softmax(dim=-1) @ v  # (..., N, d_v)
 
 
-def online_softmax_attention(q, k, v, *, block_size=64, scale=None):
-    """`softmax_attention` with the keys in blocks, never holding more than N × block_size scores.
+def online_softmax_attention(q, k, v, *, chunk_size=64, scale=None):
+    """`softmax_attention` with the keys in chunks, never holding more than N × chunk_size scores.
 
     FlashAttention's recurrence (Dao et al., 2022), built on the online softmax of Milakov and
     Gimelshein (2018): for every query, a running largest score μ, sum of exponentials ℓ and
@@ -85,12 +89,12 @@ def online_softmax_attention(q, k, v, *, block_size=64, scale=None):
         o' = e^(μ−μ') o + Σ_j e^(s_j−μ') v_j,
 
     and the output is o/ℓ. The arithmetic is that of `softmax_attention`: 2N²(d + d_v) FLOPs in
-    matrix products; only the memory changes, O(N · block_size) scores instead of N².
+    matrix products; only the memory changes, O(N · chunk_size) scores instead of N².
 
     Args:
         q, k: queries and keys `(..., N, d)`.
         v: values `(..., N, d_v)`.
-        block_size: keys per block (positive int; the last block may be shorter).
+        chunk_size: keys per block (positive int; the last block may be shorter).
         scale: positive multiplier of q·k, or None for 1/√d.
 
     Returns:
@@ -98,19 +102,19 @@ def online_softmax_attention(q, k, v, *, block_size=64, scale=None):
 
     >>> from linattn_core.testing import random_qkv
     >>> q, k, v = random_qkv(2, n=50, d=8, d_v=4)
-    >>> out = online_softmax_attention(q, k, v, block_size=16)
+    >>> out = online_softmax_attention(q, k, v, chunk_size=16)
     >>> bool(torch.allclose(out, softmax_attention(q, k, v)))
     True
     """
     fn = "online_softmax_attention"
     check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
-    check_positive_int(fn, "block_size", block_size)
+    check_positive_int(fn, "chunk_size", chunk_size)
     scale = softmax_scale(fn, scale, q.shape[-1])
     row_max = q.new_full((*q.shape[:-1], 1), -math.inf)  # (..., N, 1): μ
     row_sum = q.new_zeros((*q.shape[:-1], 1))  # (..., N, 1): ℓ
     out = q.new_zeros((*q.shape[:-1], v.shape[-1]))  # (..., N, d_v): o
-    for start in range(0, k.shape[-2], block_size):
-        block = slice(start, start + block_size)  # B keys, fewer in the last block
+    for start in range(0, k.shape[-2], chunk_size):
+        block = slice(start, start + chunk_size)  # B keys, fewer in the last block
         scores = scale * (q @ k[..., block, :].mT)  # (..., N, B): the only scores held
         new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))  # μ'
         weights = torch.exp(scores - new_max)  # (..., N, B)
@@ -150,25 +154,51 @@ def kernel_attention(phi_q, phi_k, v, *, causal=False, eps=1e-6):
     return (similarities @ v) / (similarities.sum(dim=-1, keepdim=True) + eps)  # (..., N, d_v)
 
 
+class LinearAttentionState(NamedTuple):
+    """What causal linear attention carries from one token to the next: after tokens 1 … t,
+
+        S = Σ_{j ≤ t} v_j φ(k_j)ᵀ `(..., d_v, d)`,    z = Σ_{j ≤ t} φ(k_j) `(..., d)`
+
+    (z is None for unnormalized attention, which has no denominator). S has the orientation of
+    the delta rule's state (`delta.delta_rule`): the output of a query is o = S φ(q), divided by
+    φ(q)·z + eps when normalized. Every function of the package that takes or returns the state
+    of linear attention (`linear_attention`, `decoding.linear_decode_step`) uses this one.
+    """
+
+    S: torch.Tensor
+    z: torch.Tensor | None
+
+
 def linear_attention(
-    phi_q, phi_k, v, *, causal=False, normalize=True, method="auto", chunk_size=64, eps=1e-6
+    phi_q,
+    phi_k,
+    v,
+    *,
+    causal=False,
+    normalize=True,
+    method="auto",
+    chunk_size=64,
+    eps=1e-6,
+    initial_state=None,
+    output_final_state=False,
 ):
     """`kernel_attention` (or its numerator) in O(N) memory, in a choice of equivalent forms.
 
-    normalize=True:  o_i = φ(q_i) S_i / (φ(q_i)·z_i + eps)
-    normalize=False: o_i = φ(q_i) S_i = Σ_j s_ij v_j
-    with S_i = Σ_j φ(k_j)ᵀ v_j `(d, d_v)` and z_i = Σ_j φ(k_j) `(d,)`, over j ≤ i when causal and
-    over all j otherwise.
+    normalize=True:  o_i = S_i φ(q_i) / (φ(q_i)·z_i + eps)
+    normalize=False: o_i = S_i φ(q_i) = Σ_j s_ij v_j
+    with S_i = S_0 + Σ_j v_j φ(k_j)ᵀ `(d_v, d)` and z_i = z_0 + Σ_j φ(k_j) `(d,)`, over j ≤ i when
+    causal and over all j otherwise; (S_0, z_0) = `initial_state`, zero by default: the state of
+    the tokens before these (a `LinearAttentionState`).
 
     Methods (see the module docstring for their costs):
         "parallel"  builds the masked N×N similarity matrix (O(N²) memory; for teaching);
-        "recurrent" updates S_t = S_{t-1} + φ(k_t)ᵀ v_t token by token; non-causal, it
+        "recurrent" updates S_t = S_{t-1} + v_t φ(k_t)ᵀ token by token; non-causal, it
                     accumulates the full state first and then applies it to every query;
         "chunked"   causal: the parallel form inside chunks of `chunk_size` tokens plus the
                     running state of the earlier chunks (N need not be a multiple of
                     `chunk_size`), walked in segments with a backward pass of its own, so that
                     it adds its output and one segment's temporaries (`linattn_core.chunked`);
-                    non-causal: every query sees the same state φ(K)ᵀV, computed in one product;
+                    non-causal: every query sees the same state Vᵀφ(K), computed in one product;
         "triton"    the Triton kernels of `linattn_core.kernels` (causal: chunked kernels,
                     forward and backward; non-causal: two matrix products); CUDA tensors, or
                     CPU tensors under TRITON_INTERPRET=1; d, d_v and `chunk_size` in
@@ -192,9 +222,14 @@ def linear_attention(
         method: one of "auto", "parallel", "recurrent", "chunked", "triton".
         chunk_size: tokens per chunk of the "chunked" and "triton" methods (positive int).
         eps: non-negative number added to the denominator.
+        initial_state: a `LinearAttentionState` (S_0 `(..., d_v, d)`, z_0 `(..., d)`, z_0 None
+            when normalize=False) in the inputs' dtype, or None for zeros. Gradients flow to it.
+        output_final_state: also return the state after the last token, (S_0 + Σ_j v_j φ(k_j)ᵀ,
+            z_0 + Σ_j φ(k_j)), which continues the sequence as `initial_state` of the next call.
 
     Returns:
-        `(..., N, d_v)`; empty if N = 0 or a batch dimension is 0.
+        `(..., N, d_v)`, empty if N = 0 or a batch dimension is 0; with output_final_state,
+        (output, `LinearAttentionState`) in the inputs' dtype.
 
     >>> from linattn_core import feature_maps
     >>> from linattn_core.testing import random_qkv, relative_error
@@ -205,33 +240,121 @@ def linear_attention(
     torch.Size([2, 100, 4])
     >>> relative_error(out, kernel_attention(phi_q, phi_k, v, causal=True)) < 1e-12
     True
+
+    A sequence cut in two, the second part starting from the first part's final state:
+
+    >>> first, state = linear_attention(
+    ...     phi_q[..., :60, :], phi_k[..., :60, :], v[..., :60, :], causal=True,
+    ...     output_final_state=True)
+    >>> second = linear_attention(
+    ...     phi_q[..., 60:, :], phi_k[..., 60:, :], v[..., 60:, :], causal=True,
+    ...     initial_state=state)
+    >>> state.S.shape, state.z.shape
+    (torch.Size([2, 4, 8]), torch.Size([2, 8]))
+    >>> relative_error(torch.cat([first, second], dim=-2), out) < 1e-12
+    True
     """
     fn = "linear_attention"
     check_attention_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v)
     check_choice(fn, "method", method, LINEAR_ATTENTION_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     check_eps(fn, eps)
+    flags = {"causal": causal, "normalize": normalize, "output_final_state": output_final_state}
+    for name, flag in flags.items():
+        check_flag(fn, name, flag)
+    check_linear_state(fn, initial_state, phi_q, v, normalize=normalize)
 
     if method == "auto":
         method = _auto_method(phi_q, v, causal=causal, chunk_size=chunk_size)
     if method == "triton":
-        return _triton(
-            phi_q, phi_k, v, causal=causal, normalize=normalize, chunk_size=chunk_size, eps=eps
+        out = _triton(
+            phi_q, phi_k, v, causal=causal, normalize=normalize, chunk_size=chunk_size, eps=eps,
+            initial_state=initial_state, output_final_state=output_final_state,
+        )  # fmt: skip
+        out, state = out if output_final_state else (out, None)
+    elif method == "chunked" and causal:
+        out, state = causal_chunked(
+            phi_q, phi_k, v, normalize=normalize, eps=eps, chunk_size=chunk_size,
+            initial_state=initial_state,
+        )  # fmt: skip
+    else:
+        out, state = _numerators(
+            phi_q, phi_k, v, method, causal, normalize, eps, initial_state, output_final_state
         )
-    if method == "chunked" and causal:
-        return causal_chunked(phi_q, phi_k, v, normalize=normalize, eps=eps, chunk_size=chunk_size)
+    return (out, LinearAttentionState(*state)) if output_final_state else out
+
+
+def _numerators(phi_q, phi_k, v, method, causal, normalize, eps, initial_state, final):
+    """The parallel and recurrent forms, and the non-causal chunked one: (output, final state),
+    the parallel form's final state None unless asked for (`final`), as it costs a product.
+
+    They compute numerators only: the denominator is the numerator of a value that is
+    constantly 1, so v gets a column of ones and the state S its row zᵀ, `(..., d_v + 1, d)`.
+    """
     if normalize:
         v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)  # (..., N, d_v + 1)
+    state = None  # (..., d, d_v + 1): the state, in the orientation of φ(K)ᵀV
+    if initial_state is not None:
+        rows = initial_state if normalize else initial_state[:1]  # S_0 and z_0, or S_0 alone
+        state = torch.cat([rows[0], *(z[..., None, :] for z in rows[1:])], dim=-2).mT
     if method == "parallel":
         out = _similarities(phi_q, phi_k, causal=causal) @ v
+        if state is not None:
+            out = out + phi_q @ state
+        if not final:
+            state = None
+        elif state is None:
+            state = phi_k.mT @ v
+        else:
+            state = state + phi_k.mT @ v
     elif method == "recurrent":
-        out = _recurrent(phi_q, phi_k, v, causal=causal)
+        out, state = _recurrent(phi_q, phi_k, v, state, causal=causal)
     else:  # chunked, not causal: every query sees the same state φ(K)ᵀV (..., d, d_v)
-        out = phi_q @ (phi_k.mT @ v)
+        state = phi_k.mT @ v if state is None else state + phi_k.mT @ v
+        out = phi_q @ state
     if not normalize:
-        return out  # (..., N, d_v)
+        return out, None if state is None else (state.mT, None)  # (..., N, d_v)
     numerator, denominator = out[..., :-1], out[..., -1:]  # (..., N, d_v), (..., N, 1)
-    return numerator / (denominator + eps)
+    state = None if state is None else (state[..., :-1].mT, state[..., -1])
+    return numerator / (denominator + eps), state
+
+
+def check_linear_state(fn, state, phi_q, v, *, normalize):
+    """`initial_state` of linear attention: None, or a `LinearAttentionState` (any pair) with
+    S `(..., d_v, d)` and z `(..., d)` (None when not normalized), batch, dtype and device of
+    the inputs."""
+    if state is None:
+        return
+    batch, d, d_v = tuple(phi_q.shape[:-2]), phi_q.shape[-1], v.shape[-1]
+    if not isinstance(state, tuple) or len(state) != 2:
+        raise TypeError(
+            f"{fn}: initial_state must be a LinearAttentionState (S, z) or None; "
+            f"got {type(state).__name__}"
+        )
+    S, z = state
+    check_tensor(fn, "initial_state.S", S, min_rank=2)
+    if tuple(S.shape) != (*batch, d_v, d):
+        raise ValueError(
+            f"{fn}: initial_state.S must have the shape (..., d_v, d) = {(*batch, d_v, d)} of "
+            f"phi_q and v; got initial_state.S.shape={tuple(S.shape)}"
+        )
+    check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.S": S})
+    if not normalize:
+        if z is not None:
+            raise ValueError(
+                f"{fn}: initial_state.z must be None when normalize=False (no denominator); "
+                f"got a tensor of shape {tuple(z.shape)}"
+            )
+        return
+    if z is None:
+        raise ValueError(f"{fn}: initial_state.z must be a tensor when normalize=True; got None")
+    check_tensor(fn, "initial_state.z", z, min_rank=1)
+    if tuple(z.shape) != (*batch, d):
+        raise ValueError(
+            f"{fn}: initial_state.z must have the shape (..., d) = {(*batch, d)} of phi_q; "
+            f"got initial_state.z.shape={tuple(z.shape)}"
+        )
+    check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.z": z})
 
 
 def _auto_method(phi_q, v, *, causal, chunk_size) -> str:
@@ -249,17 +372,24 @@ def _auto_method(phi_q, v, *, causal, chunk_size) -> str:
         if causal and phi_q.shape[-2] <= parallel_up_to(phi_q.shape[-1]):
             return "parallel"
         return "chunked"
+    return "triton" if triton_applies(phi_q, v, chunk_size) else "chunked"
+
+
+def triton_applies(q, v, chunk_size) -> bool:
+    """Whether the Triton kernels take these inputs (`(..., N, d)` queries or keys, values):
+    triton installed, a CUDA device, d, d_v, dtype and chunk size among the compiled tiles'."""
+    if q.device.type != "cuda":
+        return False
     try:
         from linattn_core.kernels import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS, SUPPORTED_DTYPES
     except ImportError:
-        return "chunked"
-    fits = (
-        phi_q.shape[-1] in SUPPORTED_DIMS
+        return False
+    return (
+        q.shape[-1] in SUPPORTED_DIMS
         and v.shape[-1] in SUPPORTED_DIMS
-        and str(phi_q.dtype).removeprefix("torch.") in SUPPORTED_DTYPES
+        and str(q.dtype).removeprefix("torch.") in SUPPORTED_DTYPES
         and chunk_size in SUPPORTED_CHUNK_SIZES
     )
-    return "triton" if fits else "chunked"
 
 
 def parallel_up_to(d):
@@ -290,8 +420,9 @@ def _similarities(phi_q, phi_k, *, causal):
     return similarities.tril() if causal else similarities
 
 
-def _recurrent(phi_q, phi_k, v, *, causal):
-    """Σ_j s_ij v_j through the state S_t = S_{t-1} + φ(k_t)ᵀ v_t, one token at a time.
+def _recurrent(phi_q, phi_k, v, state, *, causal):
+    """(Σ_j s_ij v_j, the final state) through S_t = S_{t-1} + φ(k_t)ᵀ v_t, one token at a time,
+    from `state` `(..., d, d_v)` (zeros if None).
 
     The state is updated out of place, so autograd can differentiate through the loop; the
     backward pass then keeps all N states, O(N d d_v) memory, fine for the sequences this form
@@ -300,8 +431,10 @@ def _recurrent(phi_q, phi_k, v, *, causal):
     at every step (O(N²) time in the backward pass), stacked ones would fragment the heap with N
     small tensors between the freed states when nothing needs them.
     """
-    state = v.new_zeros(*v.shape[:-2], phi_k.shape[-1], v.shape[-1])  # (..., d, d_v)
-    training = torch.is_grad_enabled() and any(x.requires_grad for x in (phi_q, phi_k, v))
+    if state is None:
+        state = v.new_zeros(*v.shape[:-2], phi_k.shape[-1], v.shape[-1])  # (..., d, d_v)
+    inputs = (phi_q, phi_k, v, state)
+    training = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
     out, rows = (None, []) if training else (v.new_empty(v.shape), None)  # (..., N, d_v)
     for t in range(v.shape[-2]):
         state = torch.addcmul(state, phi_k[..., t, :, None], v[..., t, None, :])  # (..., d, d_v)
@@ -312,7 +445,7 @@ def _recurrent(phi_q, phi_k, v, *, causal):
             else:
                 out[..., t, :] = row
     if not causal:
-        return phi_q @ state
+        return phi_q @ state, state
     if not training:
-        return out
-    return torch.stack(rows, dim=-2) if rows else v.new_empty(v.shape)
+        return out, state
+    return (torch.stack(rows, dim=-2) if rows else v.new_empty(v.shape)), state

@@ -25,6 +25,11 @@ with the backward states D_t = Σ_{i ≥ tC} q_iᵀ ĝ_i and y_t = Σ_{i ≥ tC}
 chapter "Writing the kernel", section "The backward pass"). The forward pass saves its inputs,
 o, r and the state at the start of each segment (N / segment states of d × d_v); the backward
 pass walks the segments from last to first, carrying D and y.
+
+The walk starts from an initial state (S_0, z_0), zero unless given, and returns the state
+after the last token. Their gradients close the two walks: the backward pass starts D and y
+from the final state's gradient (D after the last chunk), and what they hold before the first
+token is the initial state's gradient.
 """
 
 import math
@@ -38,16 +43,16 @@ class CausalChunked(torch.autograd.Function):
     """Causal chunked linear attention on `(BH, N, ·)` tensors; `linear_attention`'s "chunked"."""
 
     @staticmethod
-    def forward(ctx, q, k, v, normalize, eps, chunk_size):
+    def forward(ctx, q, k, v, state, key_sum, normalize, eps, chunk_size):
         heads, n, d = q.shape
         d_v = v.shape[-1]
         out = v.new_empty(heads, n, d_v)
         rden = q.new_empty(heads, n) if normalize else None
-        state = q.new_zeros(heads, d, d_v)
-        key_sum = q.new_zeros(heads, d)
+        state = q.new_zeros(heads, d, d_v) if state is None else state  # S_0 (BH, d, d_v)
+        key_sum = q.new_zeros(heads, d) if key_sum is None else key_sum  # z_0 (BH, d)
         starts = []  # (S, z) at the start of every segment, for the backward pass
         for start, stop, size in segments(heads, n, chunk_size):
-            starts.append((state.clone(), key_sum.clone()))
+            starts.append((state, key_sum))
             qc, kc, vc = (_chunks(x, start, stop, size) for x in (q, k, v))
             scores = (qc @ kc.mT).tril_()  # (BH, m, C, C): q_i·k_j, j ≤ i within each chunk
             states, key_sums = _prefix(kc.mT @ vc, state), _prefix(kc.sum(dim=-2), key_sum)
@@ -58,7 +63,7 @@ class CausalChunked(torch.autograd.Function):
                 o.mul_(r[..., None])
                 rden[:, start:stop] = r.flatten(1)
             out[:, start:stop] = o.flatten(1, 2)
-            state, key_sum = states[:, -1], key_sums[:, -1]
+            state, key_sum = states[:, -1].clone(), key_sums[:, -1].clone()
         # saved through autograd, so that saved-tensor hooks see (and count) everything kept
         ctx.save_for_backward(
             q,
@@ -66,19 +71,19 @@ class CausalChunked(torch.autograd.Function):
             v,
             out,
             rden,
-            torch.stack([s for s, _ in starts]),
-            torch.stack([z for _, z in starts]),
+            torch.stack([s for s, _ in starts]) if starts else None,
+            torch.stack([z for _, z in starts]) if starts else None,
         )
         ctx.chunk_size = chunk_size
-        return out
+        return out, state, key_sum
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, grad_state, grad_key_sum):
         q, k, v, out, rden, start_states, start_sums = ctx.saved_tensors
-        heads, n, d = q.shape
+        heads, n = q.shape[:2]
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        later = q.new_zeros(heads, d, v.shape[-1])  # D: Σ q_iᵀ ĝ_i over the later segments
-        later_sum = q.new_zeros(heads, d)  # y: Σ â_i q_i over the later segments
+        later = grad_state  # D: Σ q_iᵀ ĝ_i over the later segments, and ∂L/∂S_N
+        later_sum = grad_key_sum  # y: Σ â_i q_i over the later segments, and ∂L/∂z_N
         pieces = list(enumerate(segments(heads, n, ctx.chunk_size)))
         for index, (start, stop, size) in reversed(pieces):
             state, key_sum = start_states[index], start_sums[index]
@@ -108,7 +113,9 @@ class CausalChunked(torch.autograd.Function):
             dq[:, start:stop], dk[:, start:stop], dv[:, start:stop] = (
                 x.flatten(1, 2) for x in (dq_c, dk_c, dv_c)
             )
-        return dq, dk, dv, None, None, None
+        d_state = later if ctx.needs_input_grad[3] else None  # ∂L/∂S_0: D at the start
+        d_key_sum = later_sum if ctx.needs_input_grad[4] else None  # ∂L/∂z_0: y at the start
+        return dq, dk, dv, d_state, d_key_sum, None, None, None
 
 
 def segments(heads, n, chunk_size):
@@ -145,12 +152,20 @@ def _suffix(per_chunk, final):
     return running.flip(1)
 
 
-def causal_chunked(phi_q, phi_k, v, *, normalize, eps, chunk_size):
-    """`CausalChunked` for `(..., N, ·)` inputs: the leading dimensions become one batch."""
-    *batch, n, _ = phi_q.shape
+def causal_chunked(phi_q, phi_k, v, *, normalize, eps, chunk_size, initial_state=None):
+    """`CausalChunked` for `(..., N, ·)` inputs, the leading dimensions one batch: (output,
+    final `LinearAttentionState`), the states in the public orientation S `(..., d_v, d)`."""
+    *batch, n, d = phi_q.shape
+    d_v = v.shape[-1]
     heads = math.prod(batch)
-    if heads == 0 or n == 0:
-        return v.new_zeros(v.shape)  # nothing to attend over
+    if heads == 0 or n == 0:  # nothing to attend over: the state passes through
+        zeros = (v.new_zeros(*batch, d_v, d), v.new_zeros(*batch, d) if normalize else None)
+        return v.new_zeros(v.shape), zeros if initial_state is None else tuple(initial_state)
+    state, key_sum = (None, None) if initial_state is None else initial_state
+    if state is not None:
+        state = state.reshape(heads, d_v, d).mT  # (BH, d, d_v): φ(K)ᵀV's orientation
+        key_sum = key_sum.reshape(heads, d) if normalize else None
     flat = [x.reshape(heads, n, x.shape[-1]) for x in (phi_q, phi_k, v)]
-    out = CausalChunked.apply(*flat, normalize, eps, chunk_size)
-    return out.reshape(*batch, n, v.shape[-1])
+    out, state, key_sum = CausalChunked.apply(*flat, state, key_sum, normalize, eps, chunk_size)
+    final = (state.mT.reshape(*batch, d_v, d), key_sum.reshape(*batch, d) if normalize else None)
+    return out.reshape(*batch, n, d_v), final

@@ -1,17 +1,21 @@
-"""Cost models: FLOP, byte and memory counts of the attention methods, and fits of measured
-times to them. Formulas on sizes, shared by the chapters, the widgets, the benchmarks and their
-tests; `matmul_flops` instead counts what a function actually runs, under torch's
-`FlopCounterMode`, to check the formulas against.
+"""Cost models: FLOP, byte and memory counts of the attention methods, the crossover lengths they
+predict, and fits of measured times to them. Formulas on sizes, shared by the chapters, the
+explorers, the benchmarks and their tests; `matmul_flops` instead counts what a function actually
+runs, under torch's `FlopCounterMode`, to check the formulas against.
+
+Three crossovers, one per model: `flop_crossover_length` (FLOP counts of a feature map, the
+Taylor-kernel chapter), `roofline_crossover_length` (the roofline with minimum bytes, the
+scaling chapter's proposition) and, for the bytes the Triton kernels move,
+`linattn_core.kernels.tools.cost_model.kernel_roofline_crossover_length`;
+`linattn_core.bench.results.measured_crossovers` sets the measured one beside the roofline's.
 """
 
-import inspect
 import math
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from linattn_core.attention import linear_attention
 from linattn_core.chunked import segments
 
 __all__ = [
@@ -19,12 +23,12 @@ __all__ = [
     "FORMULAS",
     "chunked_flops",
     "chunked_peak_bytes",
-    "crossover_length",
     "fit_chunk_model",
     "flop_count",
+    "flop_crossover_length",
     "linear_flops",
     "matmul_flops",
-    "predicted_crossover",
+    "roofline_crossover_length",
     "roofline_times",
     "softmax_flops",
     "traffic_bytes",
@@ -117,11 +121,13 @@ def linear_flops(n, features, d_v):
     return 4 * n * features * (d_v + 1)
 
 
-def crossover_length(d, d_v, features):
-    """The sequence length N* = 2 m (d_v + 1) / (d + d_v) at which `softmax_flops` equals
-    `linear_flops` (m = `features`); beyond it linear attention does fewer FLOPs.
+def flop_crossover_length(d, d_v, features):
+    """The FLOP-count crossover of non-causal attention: the sequence length
+    N* = 2 m (d_v + 1) / (d + d_v) at which `softmax_flops` equals `linear_flops` (m = `features`);
+    beyond it linear attention does fewer FLOPs. Bytes and the machine do not enter (for those,
+    `roofline_crossover_length`).
 
-    >>> crossover_length(64, 64, 2145)  # Taylor-2 features at d = 64
+    >>> flop_crossover_length(64, 64, 2145)  # Taylor-2 features at d = 64
     2178.515625
     """
     return 2 * features * (d_v + 1) / (d + d_v)
@@ -140,8 +146,9 @@ def matmul_flops(fn, *args, **kwargs):
     return counter.get_total_flops()
 
 
-# The chunk size of the benchmarks and the GPU formulas: linear_attention's default.
-CHUNK_SIZE = inspect.signature(linear_attention).parameters["chunk_size"].default
+# The chunk size of the benchmarks and the GPU formulas: linear_attention's default (a test
+# checks that they agree; reading it from the signature would put this model above attention).
+CHUNK_SIZE = 64
 
 FORMULAS = {
     "softmax_fwd_flops": "2·B·H·N²·d (Q Kᵀ and P V, 4·B·H·N²·d halved by the causal mask)",
@@ -200,8 +207,12 @@ def roofline_times(n, peak, bandwidth, *, d=64, dtype=torch.bfloat16, mode="fwd"
     return softmax, linear
 
 
-def predicted_crossover(roofline, *, d, mode="fwd", dtype="bfloat16"):
-    """The roofline's crossover length N* of causal softmax and linear attention.
+def roofline_crossover_length(roofline, *, d, mode="fwd", dtype="bfloat16"):
+    """The roofline's crossover length N* of causal softmax and linear attention, both moving
+    their minimum bytes (`traffic_bytes`): a closed form. For the bytes the book's Triton kernels
+    move, `linattn_core.kernels.tools.cost_model.kernel_roofline_crossover_length` searches N; the
+    benchmark sets this prediction beside the measured crossover
+    (`linattn_core.bench.results.measured_crossovers`).
 
     With the counts of `flop_count` and `traffic_bytes`, softmax does s·N² FLOPs, linear
     attention l·N, and both move m·N bytes; the roofline times max(s N²/P, m N/β) and
@@ -211,9 +222,9 @@ def predicted_crossover(roofline, *, d, mode="fwd", dtype="bfloat16"):
     (`roofline["copy_gbps"]`, bytes read plus written).
 
     >>> h100 = {"matmul_tflops": 989, "copy_gbps": 3350}  # published peaks, not measured
-    >>> round(predicted_crossover(h100, d=64))
+    >>> round(roofline_crossover_length(h100, d=64))
     1181
-    >>> round(predicted_crossover(h100, d=64, mode="fwd+bwd"))  # max(11bP/β, 16(C + d)) / 7
+    >>> round(roofline_crossover_length(h100, d=64, mode="fwd+bwd"))  # max(11bP/β, 16(C + d)) / 7
     928
     """
     unit = {"B": 1, "H": 1, "N": 1, "d": d}

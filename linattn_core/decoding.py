@@ -3,15 +3,18 @@
 A decoder generates token t from its query and everything before it. Softmax attention keeps a
 *KV cache* of all past keys and values and reads all of it at every step, so a step costs
 O(t (d + d_v)) and the cache grows by one key and one value per token. Causal linear attention
-keeps the state S_t = Σ_{j≤t} φ(k_j) v_jᵀ `(m, d_v)` and z_t = Σ_{j≤t} φ(k_j) `(m,)` instead
-(Katharopoulos et al., 2020): a step updates and reads that fixed-size state, O(m d_v) at every
-position. Run over t = 1, …, N, the steps give `softmax_attention(..., causal=True)` and
-`linear_attention(..., causal=True, eps=0)` row by row.
+keeps the state S_t = Σ_{j≤t} v_j φ(k_j)ᵀ `(d_v, m)` and z_t = Σ_{j≤t} φ(k_j) `(m,)` instead
+(Katharopoulos et al., 2020; `attention.LinearAttentionState`): a step updates and reads that
+fixed-size state, O(m d_v) at every position. Run over t = 1, …, N, the steps give
+`softmax_attention(..., causal=True)` and `linear_attention(..., causal=True)` row by row.
 """
 
 import torch
 
+from linattn_core.attention import LinearAttentionState, check_linear_state
 from linattn_core.validation import (
+    check_eps,
+    check_flag,
     check_same_dtype_and_device,
     check_tensor,
     softmax_scale,
@@ -49,43 +52,62 @@ def softmax_decode_step(q, k_cache, v_cache, *, scale=None):
     return (scores.softmax(dim=-1) @ v_cache)[..., 0, :]  # (..., d_v)
 
 
-def linear_decode_step(phi_q, phi_k, v, state, normalizer):
-    """One generated token of causal linear attention, updating the state in place.
+def linear_decode_step(phi_q, phi_k, v, *, initial_state=None, normalize=True, eps=1e-6):
+    """One generated token of causal linear attention: (its output, the state after it).
 
-        S += φ(k) vᵀ,   z += φ(k),   o = Sᵀφ(q) / φ(q)·z
+        S' = S + v φ(k)ᵀ,   z' = z + φ(k),   o = S' φ(q) / (φ(q)·z' + eps)
 
-    The cost does not depend on the position: 4m(d_v + 1) FLOPs in matrix products. As in
-    `linear_attention`, the normalizer z is the state of a value that is constantly 1: one outer
-    product with [v 1] updates [S z], and φ(q) reads both; every product is a matrix product, so
-    that `costs.matmul_flops` counts all of them. No eps is added to the denominator (the form of
-    `linear_attention(..., eps=0)`), so features should be positive.
+    (o = S' φ(q) when normalize=False, and z is not kept). The state is the
+    `LinearAttentionState` of `linear_attention`, S `(..., d_v, m)` and z `(..., m)`, and the
+    step is `linear_attention(..., causal=True, initial_state=state, output_final_state=True)`
+    for one token. The cost does not depend on the position: 4m(d_v + 1) FLOPs in matrix
+    products. As in `linear_attention`, the normalizer z is the state of a value that is
+    constantly 1: one outer product [v 1] φ(k)ᵀ updates [S; zᵀ], and one product with φ(q) reads
+    both; every product is a matrix product, so that `costs.matmul_flops` counts all of them.
 
     Args:
         phi_q, phi_k: the new token's feature-mapped query and key `(..., m)`.
         v: its value `(..., d_v)`.
-        state: S `(..., m, d_v)`, the sum of φ(k_j) v_jᵀ over earlier tokens (zeros at the
-            start); updated in place.
-        normalizer: z `(..., m)`, the sum of φ(k_j) over earlier tokens; updated in place.
+        initial_state: the state of the tokens before it, or None for zeros (the first token).
+        normalize: divide by the denominator; False returns the numerator.
+        eps: non-negative number added to the denominator.
 
     Returns:
-        `(..., d_v)`.
+        (o `(..., d_v)`, the `LinearAttentionState` after the token).
 
     >>> from linattn_core import linear_attention
     >>> from linattn_core.testing import random_qkv
     >>> phi_q, phi_k, v = random_qkv(n=6, d=4, d_v=3, positive=True)
-    >>> state, normalizer = v.new_zeros(4, 3), v.new_zeros(4)  # S_0 = 0, z_0 = 0
-    >>> steps = [linear_decode_step(phi_q[t], phi_k[t], v[t], state, normalizer) for t in range(6)]
-    >>> expected = linear_attention(phi_q, phi_k, v, causal=True, eps=0.0)
-    >>> bool(torch.allclose(torch.stack(steps), expected))
-    True
+    >>> state, steps = None, []
+    >>> for t in range(6):
+    ...     o, state = linear_decode_step(phi_q[t], phi_k[t], v[t], initial_state=state)
+    ...     steps.append(o)
+    >>> expected, final = linear_attention(phi_q, phi_k, v, causal=True, output_final_state=True)
+    >>> bool(torch.allclose(torch.stack(steps), expected)), bool(torch.allclose(state.S, final.S))
+    (True, True)
     """
-    _check_state(phi_q, phi_k, v, state, normalizer)
-    values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # (..., d_v + 1): [v 1]
-    update = phi_k[..., :, None] @ values[..., None, :]  # (..., m, d_v + 1): φ(k)[v 1]
-    state.add_(update[..., :-1])  # S += φ(k) vᵀ
-    normalizer.add_(update[..., -1])  # z += φ(k)
-    row = phi_q[..., None, :]  # (..., 1, m)
-    return (row @ state)[..., 0, :] / (row @ normalizer[..., :, None])[..., 0, :]  # (..., d_v)
+    fn = "linear_decode_step"
+    _check_token(fn, phi_q, phi_k, v)
+    check_flag(fn, "normalize", normalize)
+    check_eps(fn, eps)
+    batch = (*phi_q.shape[:-1], 1)  # one token: the (..., N, ·) layout of linear_attention
+    check_linear_state(
+        fn,
+        initial_state,
+        phi_q.reshape(batch + phi_q.shape[-1:]),
+        v[..., None, :],
+        normalize=normalize,
+    )
+    values = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1) if normalize else v  # [v 1]
+    update = values[..., :, None] @ phi_k[..., None, :]  # (..., d_v + 1, m): [v 1] φ(k)ᵀ
+    if initial_state is not None:
+        S, z = initial_state
+        update = update + (torch.cat([S, z[..., None, :]], dim=-2) if normalize else S)
+    out = (update @ phi_q[..., :, None])[..., 0]  # (..., d_v + 1): [S'φ(q); φ(q)·z']
+    if not normalize:
+        return out, LinearAttentionState(update, None)
+    state = LinearAttentionState(update[..., :-1, :], update[..., -1, :])
+    return out[..., :-1] / (out[..., -1:] + eps), state
 
 
 def _check_cache(q, k_cache, v_cache):
@@ -109,24 +131,14 @@ def _check_cache(q, k_cache, v_cache):
     check_same_dtype_and_device(fn, "q", q, k_cache=k_cache, v_cache=v_cache)
 
 
-def _check_state(phi_q, phi_k, v, state, normalizer):
-    """phi_q, phi_k, normalizer `(..., m)`, v `(..., d_v)`, state `(..., m, d_v)`, one dtype."""
-    fn = "linear_decode_step"
-    for name, x in (("phi_q", phi_q), ("phi_k", phi_k), ("v", v), ("normalizer", normalizer)):
+def _check_token(fn, phi_q, phi_k, v):
+    """phi_q, phi_k `(..., m)` and v `(..., d_v)` with the same batch dimensions, one dtype."""
+    for name, x in (("phi_q", phi_q), ("phi_k", phi_k), ("v", v)):
         check_tensor(fn, name, x, min_rank=1)
-    check_tensor(fn, "state", state, min_rank=2)
-    shapes = {"phi_q": phi_q.shape, "phi_k": phi_k.shape, "normalizer": normalizer.shape}
-    if len(set(shapes.values())) > 1 or v.shape[:-1] != phi_q.shape[:-1]:
-        received = ", ".join(f"{name}.shape={tuple(s)}" for name, s in shapes.items())
+    if phi_k.shape != phi_q.shape or v.shape[:-1] != phi_q.shape[:-1]:
         raise ValueError(
-            f"{fn}: phi_q, phi_k and normalizer must have the same shape (..., m) and v the shape "
-            f"(..., d_v) with the same batch dimensions; got {received}, v.shape={tuple(v.shape)}"
+            f"{fn}: phi_q and phi_k must have the same shape (..., m) and v the shape "
+            f"(..., d_v) with the same batch dimensions; got phi_q.shape={tuple(phi_q.shape)}, "
+            f"phi_k.shape={tuple(phi_k.shape)}, v.shape={tuple(v.shape)}"
         )
-    if state.shape != (*phi_k.shape, v.shape[-1]):
-        raise ValueError(
-            f"{fn}: state must have the shape (..., m, d_v) of phi_k and v; got "
-            f"phi_k.shape={tuple(phi_k.shape)}, v.shape={tuple(v.shape)}, "
-            f"state.shape={tuple(state.shape)}"
-        )
-    others = {"phi_k": phi_k, "v": v, "state": state, "normalizer": normalizer}
-    check_same_dtype_and_device(fn, "phi_q", phi_q, **others)
+    check_same_dtype_and_device(fn, "phi_q", phi_q, phi_k=phi_k, v=v)

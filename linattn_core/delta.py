@@ -34,6 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from linattn_core.attention import triton_applies
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
@@ -56,7 +57,7 @@ __all__ = [
     "triangular_system_inputs",
 ]
 
-DELTA_RULE_METHODS = ("recurrent", "chunked", "triton")
+DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
 def triangular_matrix(q, k, diag):
@@ -188,13 +189,16 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
                     O(N C (d_k + d_v) + N d_k d_v) time in matrix products.
         "triton"    the chunked form in Triton kernels (`linattn_core.kernels.delta_rule`):
                     chunks of 64, d_k and d_v in {16, 32, 64, 128}, float32 / bfloat16 /
-                    float16; on CUDA tensors, or on the CPU in the Triton interpreter.
+                    float16; on CUDA tensors, or on the CPU in the Triton interpreter;
+        "auto"      "triton" on a CUDA device when the kernels take the inputs, "chunked"
+                    otherwise (as `linear_attention`'s "auto" chooses; the default stays
+                    "recurrent", the form the definition reads, as the API contract fixes it).
 
     Args:
         q, k: queries and keys `(..., N, d_k)` (DeltaNet normalizes keys to unit length).
         v: values `(..., N, d_v)`.
         beta: learning rates β_t `(..., N)` (DeltaNet: in (0, 1)).
-        method: "recurrent", "chunked" or "triton".
+        method: "auto", "recurrent", "chunked" or "triton".
         chunk_size: tokens per chunk of "chunked" (positive int); N need not be a multiple.
         initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
 
@@ -216,6 +220,8 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     _check_delta_inputs(fn, q, k, v, beta, initial_state)
     check_choice(fn, "method", method, DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
+    if method == "auto":
+        method = "triton" if triton_applies(q, v, chunk_size) else "chunked"
     if method == "triton":
         from linattn_core.kernels import triton_delta_rule  # triton is optional
 
@@ -230,7 +236,7 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     return _delta_chunked(q, k, v, beta, initial_state, chunk_size=chunk_size)
 
 
-def delta_rule_loop(q, k, v, beta, initial_state=None):
+def delta_rule_loop(q, k, v, beta, *, initial_state=None):
     """The delta rule for one sequence, token by token, as the recurrence reads: the reference.
 
         S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t.
@@ -248,7 +254,7 @@ def delta_rule_loop(q, k, v, beta, initial_state=None):
         (o, S): outputs `(N, d_v)` and the final state S_N `(d_v, d_k)`.
 
     >>> q, k, v, beta, state = deltanet_inputs(n=20, d_k=4, d_v=3)
-    >>> o, final_state = delta_rule_loop(q, k, v, beta, state)
+    >>> o, final_state = delta_rule_loop(q, k, v, beta, initial_state=state)
     >>> o_batched, state_batched = delta_rule(q, k, v, beta, initial_state=state)
     >>> torch.allclose(o, o_batched) and torch.allclose(final_state, state_batched)
     True

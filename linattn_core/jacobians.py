@@ -5,7 +5,7 @@ Vectors are columns and Jacobians are in numerator layout: ``J[i, j] = ∂f_i/�
 ``(out, in)``. Functions of a vector accept leading batch dimensions ``(..., d)`` and return
 ``(..., out, in)``. For self-attention the token matrix is ``X ∈ R^{d×n}`` (one token per
 column, the column layout of that chapter) and matrices are flattened with the column-stacking
-`vec` of `linattn_core.linalg`, so a Jacobian is ``∂vec(Y)/∂vec(X)`` and products of matrices
+`vec` of `linattn_core.maths.linalg`, so a Jacobian is ``∂vec(Y)/∂vec(X)`` and products of matrices
 differentiate by the Kronecker identities of Magnus and Neudecker (*Matrix Differential
 Calculus*). The blocks: LayerNorm (Ba et al. 2016), RMSNorm (Zhang and Sennrich 2019), SwiGLU
 (Shazeer 2020), QK-norm (Henry et al. 2020); the Jacobian view of training stability follows
@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from linattn_core.linalg import commutation_matrix, kron
+from linattn_core.maths.linalg import commutation_matrix, kron
 from linattn_core.validation import check_eps, check_same_dtype_and_device, check_tensor
 
 __all__ = [

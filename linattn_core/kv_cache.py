@@ -45,15 +45,15 @@ def decode_cache_shapes(
     "mqa"       keys, values `(1, N, d_h)`: one key/value head for all query heads
     "gqa"       keys, values `(G, N, d_h)`: G = `kv_heads` key/value heads, H/G queries each
     "mla"       latent `(N, d_c)`, rope_keys `(N, d_R)`: d_c = `latent_dim`, d_R = `rope_dim`
-    "linear"    state `(H, m, d_h)`, normalizer `(H, m)`: S = Σ φ(k_j) v_jᵀ and z = Σ φ(k_j),
-                m = `feature_dim`; no N anywhere
+    "linear"    S `(H, d_h, m)`, z `(H, m)`: S = Σ v_j φ(k_j)ᵀ and z = Σ φ(k_j) (the
+                `LinearAttentionState`), m = `feature_dim`; no N anywhere
 
     Arguments as in `decode_memory_bytes`.
 
     >>> decode_cache_shapes("gqa", 10, heads=8, head_dim=64, kv_heads=2)
     {'keys': (2, 10, 64), 'values': (2, 10, 64)}
     >>> decode_cache_shapes("linear", 10, heads=8, head_dim=64, feature_dim=32)
-    {'state': (8, 32, 64), 'normalizer': (8, 32)}
+    {'S': (8, 64, 32), 'z': (8, 32)}
     """
     sizes = {
         "kv_heads": kv_heads,
@@ -66,7 +66,7 @@ def decode_cache_shapes(
     if kind == "mla":
         return {"latent": (n, latent_dim), "rope_keys": (n, rope_dim)}
     if kind == "linear":
-        return {"state": (h, feature_dim, d), "normalizer": (h, feature_dim)}
+        return {"S": (h, d, feature_dim), "z": (h, feature_dim)}
     groups = {"mha": h, "mqa": 1, "gqa": kv_heads}[kind]
     return {"keys": (groups, n, d), "values": (groups, n, d)}
 

@@ -116,6 +116,12 @@ def check_positive_number(fn: str, name: str, value: object) -> None:
     _check_number(fn, name, value, finite, _is_real, lambda v: math.isfinite(v) and v > 0)
 
 
+def check_flag(fn: str, name: str, value: object) -> None:
+    """A bool option (`causal`, `normalize`): anything else is an `ArgumentTypeError`."""
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{fn}: {name} must be a bool; got {name}={value!r}")
+
+
 def check_choice(fn: str, name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from linattn_core import kernel_attention, linear_attention, softmax_attention
-from linattn_core.attention import online_softmax_attention
+from linattn_core.attention import LinearAttentionState, online_softmax_attention
 from linattn_core.costs import matmul_flops
 from linattn_core.feature_maps import elu_plus_one, relu, taylor
 from linattn_core.testing import assert_close, in_float64, random_qkv, run_python
@@ -200,31 +200,31 @@ def test_causal_output_ignores_the_future():
 
 
 @pytest.mark.parametrize("scale", [None, 0.3, 4.0])
-@pytest.mark.parametrize("block_size", [1, 4, 7, 23, 64])
+@pytest.mark.parametrize("chunk_size", [1, 4, 7, 23, 64])
 @pytest.mark.parametrize("batch", [(), (2, 3)])
-def test_online_softmax_attention_equals_softmax_attention(batch, block_size, scale):
+def test_online_softmax_attention_equals_softmax_attention(batch, chunk_size, scale):
     q, k, v = random_qkv(*batch, n=23, d=5, d_v=3)
     q = 4 * q  # large scores: the running max must rescale, or exp would overflow in float32
-    out = online_softmax_attention(q, k, v, block_size=block_size, scale=scale)
+    out = online_softmax_attention(q, k, v, chunk_size=chunk_size, scale=scale)
     assert_close(out, softmax_attention(q, k, v, scale=scale), rtol=1e-12)
 
 
 def test_online_softmax_attention_is_stable_in_float32():
     q, k, v = random_qkv(2, n=100, d=8, d_v=4, dtype=torch.float32)
-    out = online_softmax_attention(30 * q, k, v, block_size=16)  # scores up to ~100: exp overflows
+    out = online_softmax_attention(30 * q, k, v, chunk_size=16)  # scores up to ~100: exp overflows
     assert out.dtype == torch.float32
     assert_close(out, in_float64(softmax_attention, 30 * q, k, v), rtol=1e-5)
 
 
 def test_online_softmax_attention_has_the_flops_of_softmax_attention():
     q, k, v = random_qkv(n=300, d=16, d_v=8)
-    online = matmul_flops(online_softmax_attention, q, k, v, block_size=32)
+    online = matmul_flops(online_softmax_attention, q, k, v, chunk_size=32)
     assert online == matmul_flops(softmax_attention, q, k, v) == 2 * 300**2 * (16 + 8)
 
 
 def test_online_softmax_attention_gradcheck():
     inputs = [x.requires_grad_() for x in random_qkv(2, n=5, d=3, d_v=2)]
-    assert torch.autograd.gradcheck(lambda *x: online_softmax_attention(*x, block_size=2), inputs)
+    assert torch.autograd.gradcheck(lambda *x: online_softmax_attention(*x, chunk_size=2), inputs)
 
 
 @pytest.mark.parametrize("batch_and_n", [((2,), 0), ((0,), 5)])
@@ -237,8 +237,8 @@ def test_online_softmax_attention_of_empty_inputs(batch_and_n):
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
-        ({"block_size": 0}, ValueError, "block_size must be a positive int; got block_size=0"),
-        ({"block_size": 2.0}, TypeError, "block_size must be a positive int; got block_size=2.0"),
+        ({"chunk_size": 0}, ValueError, "chunk_size must be a positive int; got chunk_size=0"),
+        ({"chunk_size": 2.0}, TypeError, "chunk_size must be a positive int; got chunk_size=2.0"),
         ({"scale": -1.0}, ValueError, "scale must be a positive finite number; got scale=-1.0"),
     ],
 )
@@ -528,3 +528,142 @@ def test_the_recurrent_form_trains_in_linear_time():
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     for got, want in zip(grads, torch.autograd.grad(reference.sum(), (q, k, v)), strict=True):
         assert_close(got, want, rtol=1e-12)
+
+
+# --- the state: initial_state in, the final state out -------------------------------------------
+
+
+def state_reference(phi_q, phi_k, v, initial, *, causal, normalize):
+    """(output, S_N, z_N) from the definition with tokens before these: o_i = S_i φ(q_i) /
+    (φ(q_i)·z_i) with S_i = S_0 + Σ_j v_j φ(k_j)ᵀ, z_i = z_0 + Σ_j φ(k_j) (no eps)."""
+    s0, z0 = initial
+    similarities = phi_q @ phi_k.mT  # (..., N, N)
+    if causal:
+        similarities = similarities.tril()
+    numerator = similarities @ v + phi_q @ s0.mT
+    s_n = s0 + v.mT @ phi_k
+    if not normalize:
+        return numerator, s_n, None
+    denominator = similarities.sum(dim=-1, keepdim=True) + phi_q @ z0[..., None]
+    return numerator / denominator, s_n, z0 + phi_k.sum(dim=-2)
+
+
+def random_state(*batch, d, d_v, normalize, seed=5):
+    generator = torch.Generator().manual_seed(seed)
+    s0 = torch.randn(*batch, d_v, d, generator=generator, dtype=F64)
+    z0 = torch.rand(*batch, d, generator=generator, dtype=F64) if normalize else None
+    return LinearAttentionState(s0, z0)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("batch", "n", "d", "d_v", "chunk_size"), CHUNKED_SHAPES[:4])
+def test_initial_and_final_state_match_the_definition(
+    batch, n, d, d_v, chunk_size, method, causal, normalize
+):
+    phi_q, phi_k, v = random_qkv(*batch, n=n, d=d, d_v=d_v, positive=True)
+    initial = random_state(*batch, d=d, d_v=d_v, normalize=normalize)
+    out, final = linear_attention(
+        phi_q, phi_k, v, causal=causal, normalize=normalize, method=method,
+        chunk_size=chunk_size, eps=0.0, initial_state=initial, output_final_state=True,
+    )  # fmt: skip
+    expected, s_n, z_n = state_reference(
+        phi_q, phi_k, v, initial, causal=causal, normalize=normalize
+    )
+    assert isinstance(final, LinearAttentionState)
+    assert_close(out, expected, rtol=RTOL)
+    assert_close(final.S, s_n, rtol=RTOL, name="S")
+    if normalize:
+        assert_close(final.z, z_n, rtol=RTOL, name="z")
+    else:
+        assert final.z is None
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("method", METHODS)
+def test_a_sequence_cut_in_pieces_continues_from_its_state(method, normalize):
+    """Three calls, each starting from the state the one before returned, give the output and
+    the final state of one call over the whole sequence."""
+    phi_q, phi_k, v = random_qkv(2, 3, n=90, d=5, d_v=4, positive=True)
+    whole, whole_state = linear_attention(
+        phi_q, phi_k, v, causal=True, normalize=normalize, method=method, chunk_size=8,
+        output_final_state=True,
+    )  # fmt: skip
+    pieces, state = [], None
+    for part in (slice(0, 1), slice(1, 41), slice(41, 90)):
+        out, state = linear_attention(
+            phi_q[..., part, :], phi_k[..., part, :], v[..., part, :], causal=True,
+            normalize=normalize, method=method, chunk_size=8, initial_state=state,
+            output_final_state=True,
+        )  # fmt: skip
+        pieces.append(out)
+    assert_close(torch.cat(pieces, dim=-2), whole, rtol=RTOL)
+    assert_close(state.S, whole_state.S, rtol=RTOL, name="S")
+    if normalize:
+        assert_close(state.z, whole_state.z, rtol=RTOL, name="z")
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("method", METHODS)
+def test_state_gradcheck(method, causal, normalize):
+    """Gradients reach the initial state, and flow back from the final state."""
+    phi_q, phi_k, v = random_qkv(2, n=5, d=3, d_v=2, positive=True)
+    initial = random_state(2, d=3, d_v=2, normalize=normalize)
+    inputs = [x.requires_grad_() for x in (phi_q, phi_k, v, *initial) if x is not None]
+
+    def attention(phi_q, phi_k, v, s0, z0=None):
+        out, final = linear_attention(
+            phi_q, phi_k, v, causal=causal, normalize=normalize, method=method, chunk_size=2,
+            initial_state=LinearAttentionState(s0, z0), output_final_state=True,
+        )  # fmt: skip
+        return (out, final.S) if z0 is None else (out, final.S, final.z)
+
+    assert torch.autograd.gradcheck(attention, inputs)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("batch_and_n", [((2,), 0), ((0,), 5)])
+def test_empty_inputs_pass_the_state_through(batch_and_n, normalize):
+    batch, n = batch_and_n
+    phi_q, phi_k, v = random_qkv(*batch, n=n, d=3, d_v=2, positive=True)
+    initial = random_state(*batch, d=3, d_v=2, normalize=normalize)
+    for method in METHODS:
+        out, final = linear_attention(
+            phi_q, phi_k, v, causal=True, normalize=normalize, method=method,
+            initial_state=initial, output_final_state=True,
+        )  # fmt: skip
+        assert out.shape == v.shape
+        assert torch.equal(final.S, initial.S)
+
+
+def state_case(s0_shape=(2, 4, 3), z0_shape=(2, 3), dtype=F64):
+    return LinearAttentionState(
+        torch.zeros(s0_shape, dtype=dtype), None if z0_shape is None else torch.zeros(z0_shape)
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"initial_state": torch.zeros(2, 4, 3)}, TypeError, r"LinearAttentionState \(S, z\)"),
+        ({"initial_state": state_case(s0_shape=(2, 3, 4))}, ValueError, r"initial_state.S must"),
+        ({"initial_state": state_case(z0_shape=(2, 4))}, ValueError, r"initial_state.z must"),
+        ({"initial_state": state_case(z0_shape=None)}, ValueError, r"z must be a tensor"),
+        (
+            {"initial_state": state_case(), "normalize": False},
+            ValueError,
+            r"z must be None when normalize=False",
+        ),
+        ({"initial_state": state_case(dtype=torch.float32)}, TypeError, r"same dtype"),
+        ({"output_final_state": 1}, TypeError, r"output_final_state must be a bool"),
+        ({"causal": "yes"}, TypeError, r"causal must be a bool"),
+        ({"normalize": None}, TypeError, r"normalize must be a bool"),
+    ],
+)
+def test_bad_states_and_flags_are_rejected(options, error, message):
+    phi_q, phi_k, v = random_qkv(2, n=5, d=3, d_v=4, positive=True)
+    with pytest.raises(error, match=message) as raised:
+        linear_attention(phi_q, phi_k, v, **options)
+    assert str(raised.value).startswith("linear_attention: ")

@@ -221,7 +221,7 @@ def _comparison_rows(speedups):
 
 def test_load_gpu_results_reads_committed_files(tmp_path):
     from linattn_core.bench import load_gpu_results
-    from linattn_core.bench.results import crossovers
+    from linattn_core.bench.results import measured_crossovers
 
     roofline = {"copy_gbps": 3000.0, "matmul_tflops": 600.0}  # 2bP/β = 800 in bfloat16
     speedups = {
@@ -259,7 +259,9 @@ def test_load_gpu_results_reads_committed_files(tmp_path):
     assert by_shape[(128, "fwd")]["predicted_n"] == pytest.approx(2 * 2 * balance)
     assert by_shape[(64, "fwd+bwd")]["predicted_n"] == pytest.approx(11 * 2 * balance / 7)
     slow_memory = {"copy_gbps": 3000.0, "matmul_tflops": 100.0}  # 2bP/β ≈ 133 < 2(C + d)
-    [compute_bound] = crossovers(_comparison_rows({(128, "fwd"): {1024: 1.1}}), slow_memory)
+    [compute_bound] = measured_crossovers(
+        _comparison_rows({(128, "fwd"): {1024: 1.1}}), slow_memory
+    )
     assert compute_bound["predicted_n"] == 2 * (64 + 128)
 
     broken = dict(comparison, rows=[{"method": "linear_triton", "N": 1024}])

@@ -1,4 +1,4 @@
-"""Tests of `linattn_core.calculus` and of every derivative derived in chapter 7.
+"""Tests of `linattn_core.maths.calculus` and of every derivative derived in chapter 7.
 
 Each closed form is compared with autograd (or forward mode for differentials) in float64 on
 seeded random inputs; the checker itself must pass correct forms and fail wrong ones loudly.
@@ -13,7 +13,7 @@ import sympy as sp
 import torch
 
 from linattn_core import jacobians
-from linattn_core.calculus import (
+from linattn_core.maths.calculus import (
     GradientCheck,
     adjugate,
     check_differential,
@@ -21,7 +21,7 @@ from linattn_core.calculus import (
     jacobian,
     trace_power_gradient,
 )
-from linattn_core.linalg import kron, vec
+from linattn_core.maths.linalg import kron, vec
 from linattn_core.testing import assert_close
 
 f64 = torch.float64

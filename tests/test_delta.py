@@ -34,7 +34,9 @@ def delta_rule_reference(q, k, v, beta, state):
     """The package's reference `delta_rule_loop` over every leading batch index."""
     batch = q.shape[:-2]
     flat = [x.reshape(-1, *x.shape[len(batch) :]) for x in (q, k, v, beta, state)]
-    results = [delta_rule_loop(*args) for args in zip(*flat, strict=True)]
+    results = [
+        delta_rule_loop(*args[:4], initial_state=args[4]) for args in zip(*flat, strict=True)
+    ]
     outputs = torch.stack([o for o, _ in results]).reshape(*batch, *v.shape[-2:])
     states = torch.stack([s for _, s in results]).reshape(state.shape)
     return outputs, states
@@ -186,7 +188,7 @@ def test_bad_chunk_size_is_an_error(chunk_size, error):
 # --- delta_rule ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["recurrent", "chunked"])
+@pytest.mark.parametrize("method", ["auto", "recurrent", "chunked"])
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize(("batch", "n", "d_k", "d_v", "chunk_size"), CHUNKED_SHAPES)
 def test_delta_rule_matches_token_loop(batch, n, d_k, d_v, chunk_size, with_state, method):
@@ -320,7 +322,7 @@ def test_delta_rule_rejects_bad_inputs(change, error, match):
 def test_delta_rule_loop_steps_are_gradient_steps():
     # S_t = S_{t-1} − β_t ∇_S ½‖S k_t − v_t‖², the LMS step (Widrow and Hoff 1960), by autograd
     q, k, v, beta, state = deltanet_inputs(n=6, d_k=4, d_v=3, seed=13)
-    _, final_state = delta_rule_loop(q, k, v, beta, state)
+    _, final_state = delta_rule_loop(q, k, v, beta, initial_state=state)
     for k_t, v_t, beta_t in zip(k, v, beta, strict=True):
         leaf = state.clone().requires_grad_()
         (grad,) = torch.autograd.grad(0.5 * (leaf @ k_t - v_t).square().sum(), leaf)
@@ -334,7 +336,7 @@ def test_delta_rule_loop_matches_the_unrolled_triangular_system():
     system = torch.eye(20, dtype=torch.float64) + beta[:, None] * (k @ k.mT).tril(-1)
     rhs = beta[:, None] * (v - k @ state.mT)
     corrections = torch.linalg.solve_triangular(system, rhs, upper=False)  # (N, d_v)
-    o, final_state = delta_rule_loop(q, k, v, beta, state)
+    o, final_state = delta_rule_loop(q, k, v, beta, initial_state=state)
     assert_close(o, q @ state.mT + (q @ k.mT).tril() @ corrections, rtol=1e-12)
     assert_close(final_state, state + corrections.mT @ k, rtol=1e-12)
 
@@ -343,7 +345,7 @@ def test_delta_rule_loop_starts_from_zero_and_handles_no_tokens():
     q, k, v, beta, _ = deltanet_inputs(n=4, d_k=3, d_v=2, seed=15)
     o, _ = delta_rule_loop(q, k, v, beta)
     zeros = torch.zeros(2, 3, dtype=torch.float64)
-    assert torch.equal(o, delta_rule_loop(q, k, v, beta, zeros)[0])
+    assert torch.equal(o, delta_rule_loop(q, k, v, beta, initial_state=zeros)[0])
     o, final_state = delta_rule_loop(q[:0], k[:0], v[:0], beta[:0])
     assert o.shape == (0, 2) and torch.equal(final_state, torch.zeros(2, 3, dtype=torch.float64))
 
@@ -365,7 +367,7 @@ def test_delta_rule_loop_starts_from_zero_and_handles_no_tokens():
 def test_delta_rule_loop_rejects_bad_inputs(change, error, match):
     args = change(*deltanet_inputs(n=5, d_k=4, d_v=3))
     with pytest.raises(error, match=f"^delta_rule_loop: {match}"):
-        delta_rule_loop(*args)
+        delta_rule_loop(*args[:4], initial_state=args[4])
 
 
 def test_deltanet_inputs_shapes_unit_keys_rates_and_seeds():

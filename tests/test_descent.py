@@ -1,4 +1,5 @@
-"""Tests of `linattn_core.descent` and of chapter 7's claims on Lipschitz constants and step sizes.
+"""Tests of `linattn_core.maths.descent` and of chapter 7's claims on Lipschitz constants and step
+sizes.
 
 Power iteration must find σ₁; gradient descent on a quadratic must converge below the step
 2/L, stall at it and diverge above it, at the rate the condition number sets.
@@ -10,7 +11,7 @@ import pytest
 import sympy as sp
 import torch
 
-from linattn_core.descent import gradient_descent, spectral_norm_estimates
+from linattn_core.maths.descent import gradient_descent, spectral_norm_estimates
 
 f64 = torch.float64
 

@@ -7,7 +7,7 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import pytest
 
-from linattn_core.explorable import MAX_FRAMES, explorable
+from linattn_core.book.explorable import MAX_FRAMES, explorable
 
 
 def report(n=2, kind="a", scale=1.0):
@@ -76,7 +76,7 @@ def test_bad_controls_are_refused():
 def test_measured_frames_say_where_and_when():
     """Timed frames name the device and the date they were measured on, beside the promise that
     the live controls measure on the reader's machine."""
-    from linattn_core.bench.provenance import device_name
+    from linattn_core.provenance import device_name
 
     page = explorable(
         report, measured="cpu", n=(widgets.IntSlider(value=2, min=2, max=3), None)

@@ -1,9 +1,9 @@
 """Tests of `linattn_core.jacobians` and of the other formulas of chapter 8.
 
-Every closed-form Jacobian is compared with autograd (`linattn_core.calculus`) in float64 on
+Every closed-form Jacobian is compared with autograd (`linattn_core.maths.calculus`) in float64 on
 seeded inputs of odd sizes, with batch dimensions where the function takes them; bad inputs
 must raise errors that name the argument. Chapter 8's other checkable claims that use
-`linattn_core.linalg` (the commutation matrix, the forms of RoPE) are here for now.
+`linattn_core.maths.linalg` (the commutation matrix, the forms of RoPE) are here for now.
 """
 
 import math
@@ -12,9 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from linattn_core import jacobians, linalg, softmax_attention
-from linattn_core.calculus import check_gradient, jacobian
-from linattn_core.linalg import kron
+from linattn_core import jacobians, softmax_attention
+from linattn_core.maths import linalg
+from linattn_core.maths.calculus import check_gradient, jacobian
+from linattn_core.maths.linalg import kron
 from linattn_core.testing import assert_close, relative_error
 
 f64 = torch.float64

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from linattn_core import linear_attention, softmax_attention
+from linattn_core.attention import LinearAttentionState
 from linattn_core.decoding import linear_decode_step, softmax_decode_step
 from linattn_core.kv_cache import decode_cache_shapes, decode_memory_bytes
 from linattn_core.testing import assert_close
@@ -77,7 +78,7 @@ def latent_decoder(n, layers, heads, head_dim, latent_dim, rope_dim, dtype):
 
 
 def linear_decoder(n, layers, heads, head_dim, feature_dim, dtype):
-    """Linear attention: each layer keeps S (H, m, d_h) and z (H, m), updated in place."""
+    """Linear attention: each layer keeps its `LinearAttentionState`, S (H, d_h, m) and z (H, m)."""
     generator = torch.Generator().manual_seed(n + feature_dim)
     caches = []
     for _ in range(layers):
@@ -85,20 +86,20 @@ def linear_decoder(n, layers, heads, head_dim, feature_dim, dtype):
             torch.rand(heads, n, feature_dim, generator=generator, dtype=F64) for _ in "qk"
         )
         v = torch.randn(heads, n, head_dim, generator=generator, dtype=F64)
-        cache = {
-            "state": torch.zeros(heads, feature_dim, head_dim, dtype=dtype),
-            "normalizer": torch.zeros(heads, feature_dim, dtype=dtype),
-        }
-        steps = [
-            linear_decode_step(
-                *(x[:, t].to(dtype) for x in (phi_q, phi_k, v)), cache["state"], cache["normalizer"]
+        state = LinearAttentionState(
+            torch.zeros(heads, head_dim, feature_dim, dtype=dtype),
+            torch.zeros(heads, feature_dim, dtype=dtype),
+        )
+        steps = []
+        for t in range(n):
+            out, state = linear_decode_step(
+                *(x[:, t].to(dtype) for x in (phi_q, phi_k, v)), initial_state=state
             )
-            for t in range(n)
-        ]
+            steps.append(out)
         if dtype == F64 and n:
-            expected = linear_attention(phi_q, phi_k, v, causal=True, eps=0.0)
+            expected = linear_attention(phi_q, phi_k, v, causal=True)
             assert_close(torch.stack(steps, dim=1), expected, rtol=1e-12, name="linear decode")
-        caches.append(cache)
+        caches.append(state._asdict())
     return caches
 
 

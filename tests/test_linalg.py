@@ -1,4 +1,4 @@
-"""Tests of `linattn_core.linalg` and of the identities chapter 6 states about products,
+"""Tests of `linattn_core.maths.linalg` and of the identities chapter 6 states about products,
 factorizations, rotations, determinants, traces, ranks, inverses and Kronecker products.
 
 Each identity is re-checked on fresh, seeded random inputs of several sizes, in float64, with
@@ -13,7 +13,7 @@ import pytest
 import sympy as sp
 import torch
 
-from linattn_core.linalg import (
+from linattn_core.maths.linalg import (
     commutation_matrix,
     det_cofactor,
     gram_schmidt,

@@ -1,6 +1,6 @@
-"""Tests of `linattn_core.linear_systems`: LU with and without pivoting, triangular solves, the
-solvability test, least squares and the LMS algorithm (batch and online, and the delta rule as
-online LMS), in float64 on seeded random inputs."""
+"""Tests of `linattn_core.maths.linear_systems`: LU with and without pivoting, triangular solves,
+the solvability test, least squares and the LMS algorithm (batch and online, and the delta rule
+as online LMS), in float64 on seeded random inputs."""
 
 import math
 
@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 import torch
 
-from linattn_core.linear_systems import (
+from linattn_core.maths.linear_systems import (
     back_substitution,
     batch_lms,
     forward_substitution,
@@ -18,7 +18,7 @@ from linattn_core.linear_systems import (
     online_lms_mean_square,
     solvability,
 )
-from linattn_core.probability import assert_monte_carlo
+from linattn_core.maths.probability import assert_monte_carlo
 from linattn_core.testing import assert_close, relative_error
 
 SEEDS = [0, 1, 2]

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import pytest
 from PIL import Image
 
-from linattn_core import plotting
+from linattn_core.book import plotting
 
 
 @pytest.fixture
@@ -60,3 +60,19 @@ def test_the_notebook_formatter_stores_size_and_text(figure):
     data, metadata = plotting._png_with_metadata(figure)
     assert base64.b64decode(data).startswith(b"\x89PNG")
     assert set(metadata) == {"width", "height", "text_px"}
+
+
+def test_image_html_is_the_png_its_size_smallest_text_and_alt(figure):
+    tag = plotting.image_html(figure, alt='a "line" & a title')
+    rendered = plotting.render(figure, colors=64)
+    png = base64.b64decode(tag.split("base64,")[1].split('"')[0])
+    width, height = Image.open(io.BytesIO(png)).size  # at 2×: the displayed size, rounded
+    assert (round(width / 2), round(height / 2)) == (rendered.width, rendered.height)
+    assert f'width="{rendered.width}" height="{rendered.height}"' in tag
+    assert f'data-text-px="{rendered.text_px:.1f}"' in tag
+    assert 'alt="a &quot;line&quot; &amp; a title"' in tag
+
+
+def test_image_html_refuses_text_below_the_minimum(figure):
+    with pytest.raises(ValueError, match=r"^explorable: at n = 4: the smallest text .* 99 px"):
+        plotting.image_html(figure, alt="", min_text_px=99, where="explorable: at n = 4")

@@ -1,4 +1,4 @@
-"""Tests of `linattn_core.probability` and of chapter 6's statements about random vectors:
+"""Tests of `linattn_core.maths.probability` and of chapter 6's statements about random vectors:
 moments of linear maps (by Monte Carlo, against standard errors), the Gaussian density, sums
 and linear maps of random unit vectors, and the Monte Carlo helpers themselves."""
 
@@ -10,7 +10,7 @@ import pytest
 import sympy as sp
 import torch
 
-from linattn_core.probability import (
+from linattn_core.maths.probability import (
     assert_monte_carlo,
     check_monte_carlo,
     gaussian_density,

@@ -1,4 +1,4 @@
-"""Tests of `linattn_core.random_matrices`: singular values of stacks of matrices, Gordon's
+"""Tests of `linattn_core.maths.random_matrices`: singular values of stacks of matrices, Gordon's
 bounds for Gaussian matrices, the mean of the χ distribution, and the spectral norm of Xavier
 initialization; Monte Carlo statements are checked against their standard errors."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from linattn_core.probability import assert_monte_carlo, monte_carlo_estimate, unit_rows
-from linattn_core.random_matrices import (
+from linattn_core.maths.probability import assert_monte_carlo, monte_carlo_estimate, unit_rows
+from linattn_core.maths.random_matrices import (
     expected_gaussian_norm,
     singular_values_batch,
     xavier_bound,

@@ -4,17 +4,17 @@ import inspect
 
 import pytest
 
-from linattn_core.linalg import kron, vec
+from linattn_core.book.show import show_source
+from linattn_core.maths.linalg import kron, vec
 from linattn_core.modules import LinearSelfAttention
-from linattn_core.show import show_source
 
 
 def test_source_is_the_package_code_and_names_its_home():
     shown = show_source(vec, kron)
     assert shown.code == inspect.getsource(vec).rstrip() + "\n\n" + inspect.getsource(kron).rstrip()
-    assert shown.origin == "linattn_core.linalg.vec, linattn_core.linalg.kron"
+    assert shown.origin == "linattn_core.maths.linalg.vec, linattn_core.maths.linalg.kron"
     assert str(shown) == shown.code
-    assert repr(shown).startswith("# linattn_core.linalg.vec")
+    assert repr(shown).startswith("# linattn_core.maths.linalg.vec")
 
 
 def test_html_is_highlighted_inline_and_escaped():

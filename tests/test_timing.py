@@ -1,6 +1,6 @@
 import pytest
 
-from linattn_core.timing import loglog_slope, median_times
+from linattn_core.bench.timing import loglog_slope, median_times
 
 
 def test_median_times_interleaves_and_returns_medians():

@@ -7,10 +7,12 @@
 - `estimate_peak_bytes`: the estimate of one call's peak memory that the guard checks;
 - `gpu_benchmark`: our Triton kernels against torch, SDPA's backends and FLA on a CUDA device,
   linear attention and the delta rule (`gpu_check` runs it with the checks, `make gpu-check`);
+- `tile_sweep`: the kernels timed under other tiles on a CUDA device, the measurements behind
+  `kernels/tiles.py` (`python -m linattn_core.bench.tile_sweep`);
 - `load_gpu_results`: the committed GPU measurements of a folder, with the measured and the
   predicted crossover length of each comparison;
 - `plot_complexity`: time and memory against N on log-log axes, with fitted slopes (the one
-  plotter, `linattn_core.bench.plot.loglog_panel`, also draws the widgets' and the chapter's).
+  plotter, `linattn_core.bench.plot.loglog_panel`, also draws the explorers' and the chapter's).
 
 The command line (`python -m linattn_core.bench --help`) runs the same functions and writes JSON
 with a provenance header: {"provenance": {...}, "records": [...]}.
@@ -18,7 +20,7 @@ with a provenance header: {"provenance": {...}, "records": [...]}.
 
 from linattn_core.bench.complexity import RECORD_KEYS, complexity, default_methods, slopes
 from linattn_core.bench.methods import METHODS, estimate_peak_bytes, parse_method, record_name
-from linattn_core.bench.provenance import provenance
+from linattn_core.provenance import provenance
 
 __all__ = [
     "METHODS",

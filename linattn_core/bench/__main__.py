@@ -20,7 +20,7 @@ import torch
 
 from linattn_core.bench.complexity import complexity, powers_of_two, slopes
 from linattn_core.bench.methods import METHODS
-from linattn_core.bench.provenance import provenance
+from linattn_core.provenance import provenance
 from linattn_core.validation import check_positive_int
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")

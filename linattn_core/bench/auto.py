@@ -13,8 +13,8 @@ medians (`timing.median_times`); `ratio` is parallel / chunked (above 1: chunked
 
 import torch
 
-from linattn_core import linear_attention
-from linattn_core.timing import median_times
+from linattn_core.attention import linear_attention
+from linattn_core.bench.timing import median_times
 
 NS = (32, 64, 128, 256, 512, 1024)
 DS = (16, 32, 64, 128)

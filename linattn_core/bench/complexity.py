@@ -1,7 +1,7 @@
 """Time and memory of attention methods against the sequence length N, with a guard.
 
 For each N in increasing order, the methods that fit are timed together, interleaved
-(`linattn_core.timing.median_times`: a burst of background load hits all of them alike), and
+(`linattn_core.bench.timing.median_times`: a burst of background load hits all of them alike), and
 then the peak memory of each is measured alone (`memory.memory_probe`). A point runs only if the
 guard (`memory.skip_reason`) lets it: its estimated peak memory fits the budget and its estimated
 time fits `max_seconds`; otherwise its record says why it was skipped, and carries null figures.
@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from linattn_core.bench import memory
 from linattn_core.bench.methods import METHODS, estimate_peak_bytes, parse_method, record_name
-from linattn_core.timing import loglog_slope, median_times
+from linattn_core.bench.timing import loglog_slope, median_times
 from linattn_core.validation import check_positive_int, check_positive_number
 
 RECORD_KEYS = ("method", "n", "d", "device", "median_ms", "peak_bytes", "skipped")

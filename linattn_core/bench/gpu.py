@@ -32,9 +32,9 @@ from tqdm.auto import tqdm
 from linattn_core.attention import linear_attention
 from linattn_core.bench.memory import cuda_peak_bytes, memory_budget, skip_reason
 from linattn_core.bench.methods import METHODS
-from linattn_core.bench.provenance import provenance
 from linattn_core.costs import FORMULAS, flop_count, traffic_bytes
 from linattn_core.delta import delta_rule
+from linattn_core.provenance import provenance
 
 SDPA_BACKENDS = {  # name -> torch.nn.attention.SDPBackend member
     "flash": "FLASH_ATTENTION",
@@ -347,7 +347,7 @@ def _do_bench(fn, grad_to_none):
 
 
 def _wall_clock(device):
-    from linattn_core.timing import median_times
+    from linattn_core.bench.timing import median_times
 
     def timer(fn, grad_to_none):
         return 1e3 * median_times({"fn": fn}, repeats=3, device=device)["fn"]

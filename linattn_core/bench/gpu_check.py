@@ -148,13 +148,17 @@ def _check_inputs(op, d, n, flag, device):
 
     from linattn_core.delta import deltanet_inputs
 
-    if op == "linear":
+    if op == "linear":  # from an initial state (S_0, z_0) to the final state (S, z)
         generator = torch.Generator(device=device).manual_seed(n)
         draw = torch.rand if flag else torch.randn  # normalized: positive features
+        shapes = [(2, 3, n, d)] * 3 + [(2, 3, d, d)] + ([(2, 3, d)] if flag else [])
         inputs = [
-            draw(2, 3, n, d, generator=generator, device=device, dtype=torch.float64) for _ in "qkv"
+            draw(*shape, generator=generator, device=device, dtype=torch.float64)
+            for shape in shapes
         ]
-        return inputs, ("o", "dq", "dk", "dv")
+        if flag:
+            return inputs, ("o", "S", "z", "dq", "dk", "dv", "dS0", "dz0")
+        return inputs, ("o", "S", "dq", "dk", "dv", "dS0")
     q, k, v, beta, state = (x.to(device) for x in deltanet_inputs(2, 3, n=n, d_k=d, d_v=d, seed=n))
     names = ("o", "S", "dq", "dk", "dv", "dbeta") + (("dS0",) if flag else ())
     return [q, k, v, beta] + ([state] if flag else []), names
@@ -162,12 +166,17 @@ def _check_inputs(op, d, n, flag, device):
 
 def _outputs(op, flag, inputs, method):
     """The operation's outputs by `method` ("triton", or "chunked" for the float64 reference):
-    (o,) for linear attention, (o, final state) for the delta rule."""
+    (o, S, z) for linear attention (z when normalized), (o, final state) for the delta rule."""
     from linattn_core.attention import linear_attention
     from linattn_core.delta import delta_rule
 
     if op == "linear":
-        return (linear_attention(*inputs, causal=True, normalize=flag, method=method),)
+        initial = (inputs[3], inputs[4] if flag else None)
+        o, (s, z) = linear_attention(
+            *inputs[:3], causal=True, normalize=flag, method=method, initial_state=initial,
+            output_final_state=True,
+        )  # fmt: skip
+        return (o, s, z) if flag else (o, s)
     initial = inputs[4] if flag else None
     return delta_rule(*inputs[:4], method=method, initial_state=initial)
 
@@ -288,7 +297,7 @@ def main(argv=None):
     import torch
 
     from linattn_core.bench.gpu import gpu_benchmark
-    from linattn_core.bench.provenance import provenance
+    from linattn_core.provenance import provenance
 
     if not arguments.dry and not torch.cuda.is_available():
         parser.exit(2, "gpu_check: needs a CUDA device (or --dry, which runs on the CPU)\n")

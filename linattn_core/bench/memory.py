@@ -3,7 +3,7 @@ device (`memory_probe`).
 
 The guard (`skip_reason`) compares an estimate, with a margin, against a budget (by default half
 the memory available now, `memory_budget`) and a time estimate against a limit: the benchmarks
-and the widgets run a point only when it says nothing.
+and the explorers run a point only when it says nothing.
 
 CUDA: `torch.cuda.max_memory_allocated` after a reset, minus what was allocated before the call
 (`cuda_peak_bytes`).

@@ -35,15 +35,15 @@ import torch.nn.functional as F
 
 from linattn_core.bench.fresh import run_fresh
 from linattn_core.bench.memory import MMAP_THRESHOLD, resident_peak_growth
+from linattn_core.bench.timing import median_times
 from linattn_core.testing import relative_error
-from linattn_core.timing import median_times
 
 HEADS, D, EPS = 8, 64, 1e-6
 CHECK_N = 1024
 
 
 def ours(q, k, v):
-    from linattn_core import linear_attention
+    from linattn_core.attention import linear_attention
 
     return linear_attention(q, k, v, causal=True, eps=EPS)
 
@@ -124,7 +124,7 @@ def _version(package):
 def agreement(names):
     """{name: {"output": e, "grad_q": …, "grad_k": …, "grad_v": …}}: relative errors against a
     float64 reference at N = CHECK_N (SDPA, a different function, is not compared)."""
-    from linattn_core import linear_attention
+    from linattn_core.attention import linear_attention
 
     reference_inputs = tuple(x.double().requires_grad_() for x in inputs(CHECK_N))
     reference = linear_attention(*reference_inputs, causal=True, eps=EPS, method="parallel")

@@ -2,7 +2,7 @@
 
 import json
 
-from linattn_core.timing import loglog_slope
+from linattn_core.bench.timing import loglog_slope
 
 PANELS = (
     ("median_ms", "median time per call (ms)"),
@@ -58,8 +58,8 @@ def plot_complexity(records, *, title=None, axes=None, up_to=None):
 
 def loglog_panel(axis, series, *, xlabel, ylabel, guides=(1, 2), up_to=None):
     """One log-log panel: a line per series labelled with its log-log slope (the empirical
-    exponent of `linattn_core.timing.loglog_slope`), and dashed grey guides O(N^p) for p in
-    `guides` through the first point drawn. The one plotter of the command line, the widgets and
+    exponent of `linattn_core.bench.timing.loglog_slope`), and dashed grey guides O(N^p) for p in
+    `guides` through the first point drawn. The one plotter of the command line, the explorers and
     the scaling chapter.
 
     Args:

@@ -2,17 +2,17 @@
 
 The files are those the command line writes: `complexity --device cuda` results (records, as on
 the CPU) and `gpu` comparisons ({"provenance", "roofline", "formulas", "rows"}, see `gpu.py`).
-From a comparison's crossover sweep, `crossovers` finds the measured crossover length (the
+From a comparison's crossover sweep, `measured_crossovers` finds the measured crossover length (the
 shortest N from which our kernel beats SDPA's fastest backend) and the roofline's prediction
 from the matmul rate P and copy bandwidth β measured in the same run: for the forward pass
 N* = max(2bP/β, 2(C + d)), the proposition of the scaling chapter (4P/β for 16-bit inputs when
-linear attention is memory-bound; `linattn_core.costs.predicted_crossover`).
+linear attention is memory-bound; `linattn_core.costs.roofline_crossover_length`).
 """
 
 import json
 from pathlib import Path
 
-from linattn_core.costs import predicted_crossover
+from linattn_core.costs import roofline_crossover_length
 
 OUR_KERNEL = "linear_triton"
 SHAPE_KEYS = ("sweep", "B", "H", "N", "d")
@@ -26,7 +26,7 @@ def load_gpu_results(folder):
         complexity  {"path", "provenance", "records"} of `complexity --device cuda` runs;
         comparisons {"path", "provenance", "roofline", "rows", "crossovers"} of `gpu` runs,
                     rows as written (with their shape: sweep, B, H, N, d), crossovers as
-                    returned by `crossovers(rows, roofline)`.
+                    returned by `measured_crossovers(rows, roofline)`.
 
     >>> load_gpu_results("/nonexistent")
     {'complexity': [], 'comparisons': []}
@@ -56,13 +56,13 @@ def load_gpu_results(folder):
                     "provenance": origin,
                     "roofline": data["roofline"],
                     "rows": data["rows"],
-                    "crossovers": crossovers(data["rows"], data["roofline"]),
+                    "crossovers": measured_crossovers(data["rows"], data["roofline"]),
                 }
             )
     return results
 
 
-def crossovers(rows, roofline, *, method=OUR_KERNEL):
+def measured_crossovers(rows, roofline, *, method=OUR_KERNEL):
     """Measured and predicted crossover of `method` against SDPA's fastest backend.
 
     For each (d, B, H, mode, dtype) of the rows whose sweep is "crossover": the N measured, and
@@ -75,7 +75,7 @@ def crossovers(rows, roofline, *, method=OUR_KERNEL):
     >>> rows = [{"sweep": "crossover", "B": 1, "H": 16, "N": n, "d": 64, "mode": "fwd",
     ...          "dtype": "bfloat16", "method": "linear_triton", "vs_sdpa_best": s}
     ...         for n, s in ((1024, 0.8), (2048, 1.1), (4096, 0.9), (8192, 1.4), (16384, 2.0))]
-    >>> [found] = crossovers(rows, {"matmul_tflops": 600, "copy_gbps": 2400})
+    >>> [found] = measured_crossovers(rows, {"matmul_tflops": 600, "copy_gbps": 2400})
     >>> found["measured_n"], found["predicted_n"]
     (8192, 1000.0)
     """
@@ -101,7 +101,7 @@ def crossovers(rows, roofline, *, method=OUR_KERNEL):
                 "dtype": dtype,
                 "ns": [row["N"] for row in group],
                 "measured_n": measured,
-                "predicted_n": predicted_crossover(roofline, d=d, mode=mode, dtype=dtype),
+                "predicted_n": roofline_crossover_length(roofline, d=d, mode=mode, dtype=dtype),
             }
         )
     return found

@@ -102,7 +102,7 @@ TWO_WARPS = {"delta_prepare"}  # its triangular substitution: fewer warps, more 
 # Register budgets (ptxas' `maxnreg`, per thread) for the configurations in which ptxas, left to
 # itself, squeezes a kernel into the registers of one more program per multiprocessor and spills a
 # few bytes to local memory: the smallest budget, in steps of 8, under which none of the
-# configuration's launches spills, found by `python -m linattn_core.kernels.tools.compile
+# configuration's launches spills, found by `python -m linattn_core.kernels.compile
 # --fit-registers`. (kernel, arch, dtype, d_k, d_v) → registers.
 REGISTER_BUDGETS = {
     ("delta_dqk", 90, "float32", 16, 32): 144,
@@ -150,6 +150,9 @@ REGISTER_BUDGETS = {
     ("segment_sums", 89, "float32", 32, 32): 136,
     ("segment_sums", 89, "float32", 64, 32): 136,
     ("segment_sums", 89, "float32", 128, 32): 136,
+    ("segment_sums_bwd", 80, "bfloat16", 64, 16): 160,
+    ("segment_sums_bwd", 80, "bfloat16", 128, 16): 160,
+    ("segment_sums_bwd", 80, "float16", 128, 128): 224,
 }
 
 

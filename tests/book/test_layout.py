@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from linattn_core.plotting import COLUMN_PX
+from linattn_core.book.plotting import COLUMN_PX
 
 HTML = Path(__file__).resolve().parents[2] / "_build" / "html"
 CHAPTERS = sorted(p.name for p in (HTML / "chapters").glob("*.html")) if HTML.is_dir() else []

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from linattn_core.linalg import commutation_matrix, kron, vec
+from linattn_core.maths.linalg import commutation_matrix, kron, vec
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"

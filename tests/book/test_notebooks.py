@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from linattn_core.plotting import MIN_EXPLORABLE_TEXT_PX, MIN_TEXT_PX
+from linattn_core.book.plotting import MIN_EXPLORABLE_TEXT_PX, MIN_TEXT_PX
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))

@@ -13,9 +13,9 @@ from linattn_core.kernels.tools.cost_model import (
     PUBLISHED_PEAKS,
     backward_costs,
     forward_costs,
+    kernel_roofline_crossover_length,
     linear_attention_costs,
     predicted_seconds,
-    roofline_crossover_length,
     softmax_costs,
 )
 from linattn_core.kernels.tools.trace import record
@@ -40,7 +40,7 @@ def test_model_counts_what_the_kernels_do(dtype, d, d_v, arch, normalize):
     q, k, v = random_qkv(1, batch_heads, n=n, d=d, d_v=d_v, dtype=dtype, positive=True)
     options = {"chunk_size": chunk_size, "arch": arch, "segment": segment}
     with record() as forward:
-        _, rden, o32 = chunk_linear_attention_fwd(
+        _, rden, o32, _ = chunk_linear_attention_fwd(
             q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
         )
     with record() as backward:
@@ -73,9 +73,9 @@ def test_predicted_forward_time_is_linear_in_n_and_memory_bound():
     assert all(c.bytes / h100.bandwidth > c.flops / h100.tensor_flops for c in costs)
 
 
-def test_predicted_crossover_is_where_the_roofline_times_meet():
+def test_kernel_roofline_crossover_is_where_the_roofline_times_meet():
     h100 = PUBLISHED_PEAKS["H100"]
-    n_star = roofline_crossover_length(h100, 64)
+    n_star = kernel_roofline_crossover_length(h100, 64)
     times = [
         predicted_seconds(costs, h100, torch.bfloat16)
         for n in (n_star - 64, n_star)

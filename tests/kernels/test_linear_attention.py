@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 
 from linattn_core import kernel_attention, linear_attention
 from linattn_core.kernels import triton_linear_attention
-from linattn_core.kernels.linear_attention import forward
+from linattn_core.kernels.linear_attention import backward, forward
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import (
     chunk_linear_attention_fwd,
@@ -62,7 +62,7 @@ def check_against_reference(phi_q, phi_k, v, *, normalize, rtol, eps=1e-6, dq_rt
     """Output, ∂/∂φ(q), ∂/∂φ(k), ∂/∂v of the kernels against the float64 reference (∂/∂φ(q)
     within `dq_rtol` when given)."""
     grad_out = torch.randn(v.shape, generator=torch.Generator().manual_seed(1)).to(v)
-    options = {"normalize": normalize, "eps": eps}
+    options = {"causal": True, "normalize": normalize, "eps": eps}
     actual = outputs_and_gradients(
         lambda q, k, v_: triton_linear_attention(q, k, v_, **options),
         phi_q,
@@ -148,10 +148,10 @@ def test_segments_of_every_length(segment, normalize):
     qkv = random_qkv(1, 2, n=300, d=32, d_v=16, dtype=torch.float32, positive=normalize, seed=3)
     grad_out = torch.randn(qkv[2].shape, generator=torch.Generator().manual_seed(4))
     options = {"chunk_size": 64, "arch": 90, "segment": segment}
-    o, rden, o32 = chunk_linear_attention_fwd(
+    o, rden, o32, _ = chunk_linear_attention_fwd(
         *qkv, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
     )
-    grads = chunk_linear_attention_bwd(*qkv, o32, rden, grad_out, **options)
+    *grads, _ = chunk_linear_attention_bwd(*qkv, o32, rden, grad_out, **options)
     expected = outputs_and_gradients(
         lambda q, k, v: reference(q, k, v, normalize=normalize),
         *(x.double() for x in qkv),
@@ -164,12 +164,18 @@ def test_segments_of_every_length(segment, normalize):
 @pytest.mark.interpreter
 def test_segment_sums_add_up_each_segments_tokens():
     _, phi_k, v = random_qkv(2, 1, n=200, d=16, d_v=32, dtype=torch.float32, positive=True)
-    hs, zs = segment_sums(phi_k, v, normalize=True, chunk_size=64, segment=2, arch=90)
+    """Row 0 holds the initial state (S_0 read transposed from `(B, H, d_v, d)`, and z_0), then
+    one row a segment."""
+    s0 = torch.randn(2, 1, 32, 16, dtype=torch.float64)
+    z0 = torch.rand(2, 1, 16, dtype=torch.float64)
+    hs, zs = segment_sums(
+        phi_k, v, (s0.float(), z0.float()), normalize=True, chunk_size=64, segment=2, arch=90
+    )
     bounds = [(0, 128), (128, 200)]  # 4 chunks in segments of 2
     sums = [phi_k[..., a:b, :].double().mT @ v[..., a:b, :].double() for a, b in bounds]
-    assert_close(hs, torch.stack(sums, 2), rtol=RTOL_FLOAT32)  # (B, H, NS, d, d_v)
+    assert_close(hs, torch.stack([s0.mT, *sums], 2), rtol=RTOL_FLOAT32)  # (B, H, NS + 1, d, d_v)
     key_sums = [phi_k[..., a:b, :].double().sum(-2) for a, b in bounds]
-    assert_close(zs, torch.stack(key_sums, 2), rtol=RTOL_FLOAT32)
+    assert_close(zs, torch.stack([z0, *key_sums], 2), rtol=RTOL_FLOAT32)
 
 
 @pytest.mark.parametrize(
@@ -213,7 +219,7 @@ def test_strided_inputs_and_broadcast_output_gradient():
     q, k, v = (x.transpose(1, 2) for x in random_qkv(2, 40, n=3, d=16, dtype=torch.float32))
     q, k = q.abs(), k.abs()
     inputs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    triton_linear_attention(*inputs).sum().backward()
+    triton_linear_attention(*inputs, causal=True).sum().backward()
     expected_inputs = [x.detach().double().requires_grad_() for x in (q, k, v)]
     reference(*expected_inputs, normalize=True).sum().backward()
     for actual, expected in zip(inputs, expected_inputs, strict=True):
@@ -225,7 +231,7 @@ def test_strided_inputs_and_broadcast_output_gradient():
 def test_empty_inputs(batch, n):
     phi_q, phi_k, v = random_qkv(*batch, n=n, d=16, d_v=32, dtype=torch.float32)
     phi_q.requires_grad_()
-    out = triton_linear_attention(phi_q, phi_k, v)
+    out = triton_linear_attention(phi_q, phi_k, v, causal=True)
     assert out.shape == (*batch, n, 32)
     out.sum().backward()
     assert phi_q.grad.shape == phi_q.shape
@@ -374,3 +380,41 @@ def test_gpu_strided_bfloat16_inputs():
         for x in random_qkv(2, 1000, n=4, d=64, dtype=torch.bfloat16, positive=True)
     )
     check_against_reference(q, k, v, normalize=True, rtol=KERNEL_RTOL[torch.bfloat16])
+
+
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("normalize", "segment"), [(True, 2), (False, 1), (True, None)])
+def test_initial_and_final_states(monkeypatch, normalize, segment, dtype):
+    """From an initial state (S_0, z_0) to the final state, over 5 chunks in segments of 1, 2 or
+    the default: outputs, the final state and the gradients of all five inputs from a loss on
+    both outputs, against the chunked form in float64."""
+    if segment is not None:
+        for module in (forward, backward):
+            monkeypatch.setattr(module, "segment_length", lambda *args: segment)
+    generator = torch.Generator().manual_seed(7)
+    phi_q, phi_k, v = random_qkv(1, 2, n=300, d=16, d_v=32, dtype=dtype, positive=True, seed=6)
+    s0 = torch.randn(1, 2, 32, 16, generator=generator).to(dtype)
+    z0 = torch.rand(1, 2, 16, generator=generator).to(dtype) if normalize else None
+    inputs = [x for x in (phi_q, phi_k, v, s0, z0) if x is not None]
+    outputs = [x for x in (v, s0, z0) if x is not None]  # the shapes of o, S and z
+    grads = [torch.randn(x.shape, generator=generator).to(dtype) for x in outputs]
+
+    def attention(method):
+        def run(phi_q, phi_k, v, s0, z0=None):
+            out, final = linear_attention(
+                phi_q, phi_k, v, causal=True, normalize=normalize, method=method,
+                initial_state=(s0, z0), output_final_state=True,
+            )  # fmt: skip
+            return (out, final.S) if z0 is None else (out, final.S, final.z)
+
+        return run
+
+    actual = values_and_gradients(attention("triton"), inputs, grads)
+    expected = values_and_gradients(
+        attention("chunked"), [x.double() for x in inputs], [g.double() for g in grads]
+    )
+    names = ["output", "S", "z"][: len(grads)] + ["dq", "dk", "dv", "dS_0", "dz_0"][: len(inputs)]
+    for name, a, e in zip(names, actual, expected, strict=True):
+        assert_close(a, e, rtol=KERNEL_RTOL[dtype], name=name)

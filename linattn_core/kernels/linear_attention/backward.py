@@ -16,9 +16,11 @@ cut into segments of L chunks:
 1. `segment_sums_bwd_kernel` adds up each segment's four sums, reading q, k, v and g once;
 2. torch's cumsum turns the segments' sums into prefix sums, and `segment_dq_kernel`,
    `segment_dk_kernel` and `segment_dv_kernel` walk each segment's chunks in order, a BK × BV
-   tile of a state in registers: S and z from the sums of the segments before, gaining each
-   chunk after its use (dq); D and y from the sums of this segment and those after (all of them
-   less those before), losing each chunk before its use (dk, dv).
+   tile of a state in registers: S and z from the initial state and the sums of the segments
+   before, gaining each chunk after its use (dq); D and y from the sums of this segment and
+   those after (all of them, and the final state's gradient, less those before), losing each
+   chunk before its use (dk, dv). The initial state's gradient is D and y before the first
+   token: the last row of their prefix sums.
 
 dq and dk sum over the values, dv over the features: with several value tiles (feature tiles for
 dv) each program writes its share in float32, and the launcher adds the shares up (as in the
@@ -46,7 +48,7 @@ import triton
 import triton.language as tl
 
 from linattn_core.kernels.common import dot
-from linattn_core.kernels.linear_attention.forward import dot_state, segment_length
+from linattn_core.kernels.linear_attention.forward import dot_state, initial_state, segment_length
 from linattn_core.kernels.tiles import tiles
 
 
@@ -75,10 +77,12 @@ def segment_sums_bwd_kernel(
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i = −g_i·o_i, read when NORMALIZE
-    hs,  # [B, H, NS, K, V] float32 written: Σ k_jᵀ v_j over each segment
-    zs,  # [B, H, NS, K] float32, written when NORMALIZE: Σ k_j
-    ds,  # [B, H, NS, K, V] float32 written: Σ r_i q_iᵀ g_i
-    ys,  # [B, H, NS, K] float32, written when NORMALIZE: Σ r_i a_i q_i
+    h0,  # [B, H, V, K] S_0 or None, as in the forward pass
+    z0,  # [B, H, K] z_0 or None
+    hs,  # [B, H, NS + 1, K, V] float32 written: S_0, then Σ k_jᵀ v_j over each segment
+    zs,  # [B, H, NS + 1, K] float32, written when NORMALIZE: z_0, then Σ k_j
+    ds,  # [B, H, NS + 1, K, V] float32 written: 0, then Σ r_i q_iᵀ g_i over each segment
+    ys,  # [B, H, NS + 1, K] float32, written when NORMALIZE: 0, then Σ r_i a_i q_i
     N,
     L,
     K: tl.constexpr,
@@ -89,7 +93,8 @@ def segment_sums_bwd_kernel(
     NORMALIZE: tl.constexpr,
 ):
     """The forward and the backward sums of one segment: one (BK, BV) tile of each state a
-    program, and the vectors z, y in the programs of the first value tile."""
+    program, and the vectors z, y in the programs of the first value tile; row 0 as in the
+    forward pass (S_0, z_0, and zeros for D, y)."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
@@ -120,7 +125,7 @@ def segment_sums_bwd_kernel(
             b_d += m * dot(tl.trans(b_qr), b_do, None)
         else:
             b_d = dot(tl.trans(b_q), b_do, b_d)
-    row = i_bh * NS + i_s
+    row = i_bh * (NS + 1) + i_s + 1
     state = (row * K + o_k[:, None]) * V + o_v[None, :]
     tl.store(hs + state, b_h)
     tl.store(ds + state, b_d)
@@ -128,6 +133,9 @@ def segment_sums_bwd_kernel(
         if i_v == 0:
             tl.store(zs + row * K + o_k, b_z)
             tl.store(ys + row * K + o_k, b_y)
+    if i_s == 0:
+        initial_state(h0, z0, hs, zs, row - 1, i_bh, o_k, o_v, i_v, K, V, BK, BV, NORMALIZE)
+        initial_state(None, None, ds, ys, row - 1, i_bh, o_k, o_v, i_v, K, V, BK, BV, NORMALIZE)
 
 
 @triton.jit(do_not_specialize=["N", "L"])
@@ -137,8 +145,8 @@ def segment_dq_kernel(
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i, read when NORMALIZE
-    hs,  # [B, H, NS, K, V] float32 Σ kᵀv over the segments up to each (prefix sums)
-    zs,  # [B, H, NS, K] float32 Σ k likewise, read when NORMALIZE
+    hs,  # [B, H, NS + 1, K, V] float32 row s: the state before segment s (prefix sums)
+    zs,  # [B, H, NS + 1, K] float32 z likewise, read when NORMALIZE
     dq,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
     N,
     L,
@@ -157,13 +165,11 @@ def segment_dq_kernel(
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t
+    row = i_bh * (NS + 1) + i_s  # the state before this segment (prefix sums, by the launcher)
+    b_h = tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])  # S_t
     b_z = tl.zeros([BK], dtype=tl.float32)  # z_t
-    if i_s > 0:  # the sums up to the segment before this one (prefix sums, by the launcher)
-        row = i_bh * NS + i_s - 1
-        b_h += tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])
-        if NORMALIZE:
-            b_z += tl.load(zs + row * K + o_k)
+    if NORMALIZE:
+        b_z += tl.load(zs + row * K + o_k)
     out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dq
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -197,8 +203,8 @@ def segment_dk_kernel(
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
     a,  # [B, H, N] float32 a_i, read when NORMALIZE
-    ds,  # [B, H, NS, K, V] float32 Σ r qᵀg over the segments up to each (prefix sums)
-    ys,  # [B, H, NS, K] float32 Σ r a q likewise, read when NORMALIZE
+    ds,  # [B, H, NS + 1, K, V] float32 row s: Σ r qᵀg before segment s, row NS: in all and ∂L/∂S_N
+    ys,  # [B, H, NS + 1, K] float32 Σ r a q likewise (and ∂L/∂z_N), read when NORMALIZE
     dk,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
     N,
     L,
@@ -217,18 +223,14 @@ def segment_dk_kernel(
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    b_d = tl.zeros([BK, BV], dtype=tl.float32)  # D_t
-    b_y = tl.zeros([BK], dtype=tl.float32)  # y_t
     first = i_v == 0  # y belongs to the first value tile's share
-    row = i_bh * NS + NS - 1  # the sums over all segments, less those before this one
-    b_d += tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
+    last, row = i_bh * (NS + 1) + NS, i_bh * (NS + 1) + i_s  # all the sums, less those before
+    b_d = tl.load(ds + (last * K + o_k[:, None]) * V + o_v[None, :])  # D_t
+    b_d -= tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
+    b_y = tl.zeros([BK], dtype=tl.float32)  # y_t
     if NORMALIZE:
-        b_y += tl.load(ys + row * K + o_k, mask=(o_k < K) & first, other=0.0)
-    if i_s > 0:
-        row = i_bh * NS + i_s - 1
-        b_d -= tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
-        if NORMALIZE:
-            b_y -= tl.load(ys + row * K + o_k, mask=(o_k < K) & first, other=0.0)
+        b_y += tl.load(ys + last * K + o_k, mask=(o_k < K) & first, other=0.0)
+        b_y -= tl.load(ys + row * K + o_k, mask=(o_k < K) & first, other=0.0)
     out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dk
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -263,7 +265,7 @@ def segment_dv_kernel(
     k,  # [B, H, N, K]
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
-    ds,  # [B, H, NS, K, V] float32 the segments' Σ r qᵀg
+    ds,  # [B, H, NS + 1, K, V] float32 Σ r qᵀg before each segment, as for dk
     dv,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's share
     N,
     L,
@@ -281,10 +283,9 @@ def segment_dv_kernel(
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    b_d = tl.zeros([BK, BV], dtype=tl.float32)  # D_t
-    b_d += tl.load(ds + ((i_bh * NS + NS - 1) * K + o_k[:, None]) * V + o_v[None, :])
-    if i_s > 0:  # the sums over all segments, less those before this one
-        b_d -= tl.load(ds + ((i_bh * NS + i_s - 1) * K + o_k[:, None]) * V + o_v[None, :])
+    last, row = i_bh * (NS + 1) + NS, i_bh * (NS + 1) + i_s  # all the sums, less those before
+    b_d = tl.load(ds + (last * K + o_k[:, None]) * V + o_v[None, :])  # D_t
+    b_d -= tl.load(ds + (row * K + o_k[:, None]) * V + o_v[None, :])
     out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of dv
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -310,13 +311,23 @@ def segment_dv_kernel(
         tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
 
 
-def chunk_linear_attention_bwd(q, k, v, o, rden, do, *, chunk_size, arch, segment=None):
-    """Gradients (dq, dk, dv) of causal linear attention for the output gradient `do`.
+def chunk_linear_attention_bwd(
+    q, k, v, o, rden, do, initial_state=None, final_state_grad=None, *, chunk_size, arch,
+    segment=None,
+):  # fmt: skip
+    """Gradients of causal linear attention for the output gradient `do` (and the final state's
+    gradient): (dq, dk, dv, (∂L/∂S_0 `(B, H, V, K)`, ∂L/∂z_0 `(B, H, K)` or None) in float32).
 
     `o` and `rden` are the forward's output (in float32: `chunk_linear_attention_fwd`'s
     keep_float32) and r, both None without normalization; every tensor contiguous `(B, H, N, ·)`;
-    `arch` selects the tiles (`tiles.py`); `segment` chunks per segment (default
-    `segment_length`).
+    `initial_state` (S_0, z_0) as in the forward pass, or None; `final_state_grad` (∂L/∂S_N,
+    ∂L/∂z_N), each in the shape of S_0, z_0 with any strides or None, or None; `arch` selects
+    the tiles (`tiles.py`); `segment` chunks per segment (default `segment_length`).
+
+    The final state S_N = S_0 + Σ_j k_jᵀ v_j is the state after every token, so its gradient
+    joins the backward state D (and y) after the last chunk: it is added to the last row of the
+    prefix sums, which every walk of dk and dv starts from, and ∂L/∂S_0 is that row: D before
+    the first token.
     """
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
@@ -345,17 +356,26 @@ def chunk_linear_attention_bwd(q, k, v, o, rden, do, *, chunk_size, arch, segmen
         if out is not shares_of:
             shares_of.copy_(out.sum(dim=0))
 
-    hs, ds = (q.new_empty(batch, heads, n_segments, d_k, d_v, dtype=torch.float32) for _ in "hd")
+    rows = n_segments + 1  # the initial state, then each segment's sums
+    hs, ds = (q.new_empty(batch, heads, rows, d_k, d_v, dtype=torch.float32) for _ in "hd")
     zs, ys = (
-        (q.new_empty(batch, heads, n_segments, d_k, dtype=torch.float32) for _ in "zy")
+        (q.new_empty(batch, heads, rows, d_k, dtype=torch.float32) for _ in "zy")
         if normalize
         else (None, None)
     )
-    launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, a, hs, zs, ds, ys)
-    for sums in (hs, zs, ds, ys) if normalize else (hs, ds):
-        sums.cumsum_(dim=2)  # prefix sums over the segments
+    h0, z0 = initial_state or (None, None)
+    sums = (hs, zs, ds, ys)
+    launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, a, h0, z0, *sums)
+    for prefix in sums if normalize else (hs, ds):
+        prefix.cumsum_(dim=2)  # row s: the sums before segment s
+    if final_state_grad is not None:
+        d_final, y_final = final_state_grad
+        if d_final is not None:
+            ds[:, :, -1] += d_final.mT
+        if normalize and y_final is not None:
+            ys[:, :, -1] += y_final
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     launch(segment_dq_kernel, "segment_dq", k, v, do, rden, a, hs, zs, shares_of=dq)
     launch(segment_dk_kernel, "segment_dk", q, v, do, rden, a, ds, ys, shares_of=dk)
     launch(segment_dv_kernel, "segment_dv", q, k, do, rden, ds, shares_of=dv)
-    return dq, dk, dv
+    return dq, dk, dv, (ds[:, :, -1].mT, ys[:, :, -1] if normalize else None)

@@ -1,8 +1,9 @@
 """The forward pass of causal linear attention in two Triton kernels, and their launcher.
 
 With chunks of C tokens, chunk t holding positions tC … tC + C − 1, and the state of the tokens
-before it, S_t = Σ_{j < tC} k_jᵀ v_j `(K, V)` and z_t = Σ_{j < tC} k_j `(K,)`, every output row
-of chunk t is (book, the chapter on causal, recurrent and chunked linear attention)
+before it, S_t = S_0 + Σ_{j < tC} k_jᵀ v_j `(K, V)` and z_t = z_0 + Σ_{j < tC} k_j `(K,)` (S_0,
+z_0: the initial state, zero unless given), every output row of chunk t is (book, the
+chapter on causal, recurrent and chunked linear attention)
 
     o_i = r_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j),
     r_i = 1 / (q_i·z_t + Σ_{tC ≤ j ≤ i} q_i·k_j + ε)
@@ -11,11 +12,11 @@ of chunk t is (book, the chapter on causal, recurrent and chunked linear attenti
 cut into segments of L chunks that run in parallel:
 
 1. `segment_sums_kernel`: one program per segment (and state tile) adds up its segment's
-   Σ k_jᵀ v_j and Σ k_j, reading k and v once;
-2. `segment_output_kernel`: one program per segment (and state tile) starts from the sum of
-   the segments before its own (torch's cumsum turns the segments' sums into prefix sums in
-   between) and walks its L chunks in order, keeping S_t and z_t in registers, and writes the
-   outputs; it reads q, k and v once.
+   Σ k_jᵀ v_j and Σ k_j into row s + 1 of the sums, reading k and v once; row 0 is S_0, z_0;
+2. `segment_output_kernel`: one program per segment (and state tile) starts from row s of the
+   prefix sums (torch's cumsum turns the rows into the state before each segment in between,
+   and the last row into the final state) and walks its L chunks in order, keeping S_t and z_t
+   in registers, and writes the outputs; it reads q, k and v once.
 
 No state is ever stored per chunk: the pass moves q, k, v, o and k, v once more, 6·N·d values,
 against 4·N·d at the least, and its sequential depth is L chunks instead of N/C. L is chosen so
@@ -63,8 +64,10 @@ def dot_state(x, b_s, TWO_TERMS: tl.constexpr):
 def segment_sums_kernel(
     k,  # [B, H, N, K]
     v,  # [B, H, N, V]
-    hs,  # [B, H, NS, K, V] float32 written: Σ k_jᵀ v_j over each segment
-    zs,  # [B, H, NS, K] float32, written when NORMALIZE: Σ k_j over each segment
+    h0,  # [B, H, V, K] S_0, the state before the sequence, or None for zeros
+    z0,  # [B, H, K] z_0, or None for zeros
+    hs,  # [B, H, NS + 1, K, V] float32 written: S_0 (row 0), then Σ k_jᵀ v_j over each segment
+    zs,  # [B, H, NS + 1, K] float32, written when NORMALIZE: z_0, then Σ k_j over each segment
     N,
     L,  # chunks per segment
     K: tl.constexpr,
@@ -74,7 +77,9 @@ def segment_sums_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """Σ k_jᵀ v_j (and Σ k_j) over one segment's tokens: one (BK, BV) tile a program."""
+    """Σ k_jᵀ v_j (and Σ k_j) over one segment's tokens: one (BK, BV) tile a program; the
+    programs of the first segment also write the initial state in row 0, so that the launcher's
+    cumsum makes row s the state before segment s and row NS the final state."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
@@ -91,10 +96,43 @@ def segment_sums_kernel(
         b_h = dot(b_k, tl.load(p_v, mask=m_t[:, None], other=0.0), b_h)
         if NORMALIZE:
             b_z += tl.sum(b_k.to(tl.float32), axis=1)
-    row = i_bh * NS + i_s
+    row = i_bh * (NS + 1) + i_s + 1
     tl.store(hs + (row * K + o_k[:, None]) * V + o_v[None, :], b_h)
     if NORMALIZE:
         if i_v == 0:
+            tl.store(zs + row * K + o_k, b_z)
+    if i_s == 0:
+        initial_state(h0, z0, hs, zs, row - 1, i_bh, o_k, o_v, i_v, K, V, BK, BV, NORMALIZE)
+
+
+@triton.jit
+def initial_state(
+    h0,
+    z0,
+    hs,
+    zs,
+    row,
+    i_bh,
+    o_k,
+    o_v,
+    i_v,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """Row `row` of hs and zs: S_0 in the kernels' orientation, Σ kᵀv `(K, V)`, and z_0, in
+    float32; zeros where h0, z0 are None."""
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if h0 is not None:  # S_0 is (V, K): read transposed
+        b_h += tl.load(h0 + (i_bh * V + o_v[None, :]) * K + o_k[:, None]).to(tl.float32)
+    tl.store(hs + (row * K + o_k[:, None]) * V + o_v[None, :], b_h)
+    if NORMALIZE:
+        if i_v == 0:
+            b_z = tl.zeros([BK], dtype=tl.float32)
+            if z0 is not None:
+                b_z += tl.load(z0 + i_bh * K + o_k).to(tl.float32)
             tl.store(zs + row * K + o_k, b_z)
 
 
@@ -103,8 +141,8 @@ def segment_output_kernel(
     q,  # [B, H, N, K]
     k,  # [B, H, N, K]
     v,  # [B, H, N, V]
-    hs,  # [B, H, NS, K, V] float32 Σ kᵀv over the segments up to each (inclusive prefix sums)
-    zs,  # [B, H, NS, K] float32 Σ k likewise, read when NORMALIZE
+    hs,  # [B, H, NS + 1, K, V] float32 row s: the state before segment s (prefix sums)
+    zs,  # [B, H, NS + 1, K] float32 z likewise, read when NORMALIZE
     o,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's numerator
     o32,  # [B, H, N, V] float32 written when given (one feature tile): o before its rounding
     rden,  # [B, H, N] float32 r, or [K/BK, B, H, N]: each feature tile's denominator
@@ -128,13 +166,11 @@ def segment_output_kernel(
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t, this program's tile
+    row = i_bh * (NS + 1) + i_s  # the state before this segment (prefix sums, by the launcher)
+    b_h = tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])  # S_t, this program's tile
     b_z = tl.zeros([BK], dtype=tl.float32)  # z_t, this program's features
-    if i_s > 0:  # the sums up to the segment before this one (prefix sums, by the launcher)
-        row = i_bh * NS + i_s - 1
-        b_h += tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])
-        if NORMALIZE:
-            b_z += tl.load(zs + row * K + o_k)
+    if NORMALIZE:
+        b_z += tl.load(zs + row * K + o_k)
     out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of o and rden
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -177,31 +213,36 @@ def segment_length(n_chunks, programs_per_segment, device):
     return -(-n_chunks // segments)
 
 
-def segment_sums(k, v, *, normalize, chunk_size, segment, arch):
-    """Launch `segment_sums_kernel`: (Σ kᵀv `(B, H, NS, K, V)` float32, Σ k `(B, H, NS, K)`
-    float32 or None) over segments of `segment` chunks."""
+def segment_sums(k, v, initial_state=None, *, normalize, chunk_size, segment, arch):
+    """Launch `segment_sums_kernel`: (S_0 then Σ kᵀv over segments of `segment` chunks,
+    `(B, H, NS + 1, K, V)` float32; z_0 then Σ k, `(B, H, NS + 1, K)` float32 or None).
+    `initial_state`: (S_0 `(B, H, V, K)`, z_0 `(B, H, K)` or None) contiguous, or None."""
     batch, heads, n, d_k = k.shape
     d_v = v.shape[-1]
     n_segments = triton.cdiv(triton.cdiv(n, chunk_size), segment)
     tile = tiles("segment_sums", arch, d_k, d_v, v.dtype)
-    hs = k.new_empty(batch, heads, n_segments, d_k, d_v, dtype=torch.float32)
-    zs = k.new_empty(batch, heads, n_segments, d_k, dtype=torch.float32) if normalize else None
+    hs = k.new_empty(batch, heads, n_segments + 1, d_k, d_v, dtype=torch.float32)
+    zs = k.new_empty(batch, heads, n_segments + 1, d_k, dtype=torch.float32) if normalize else None
+    h0, z0 = initial_state or (None, None)
     grid = ((d_k // tile.block_k) * (d_v // tile.block_v), n_segments, batch * heads)
     segment_sums_kernel[grid](
-        k, v, hs, zs, n, segment, d_k, d_v, chunk_size, NORMALIZE=normalize, **tile.launch_options
-    )
+        k, v, h0, z0, hs, zs, n, segment, d_k, d_v, chunk_size, NORMALIZE=normalize,
+        **tile.launch_options,
+    )  # fmt: skip
     return hs, zs
 
 
 def chunk_linear_attention_fwd(
-    q, k, v, *, normalize, eps, chunk_size, arch, segment=None, keep_float32=False
-):
+    q, k, v, initial_state=None, *, normalize, eps, chunk_size, arch, segment=None,
+    keep_float32=False,
+):  # fmt: skip
     """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, r `(B, H, N)` float32 or
-    None, o in float32 or None). Inputs contiguous `(B, H, N, ·)`; `arch` selects the tiles
-    (`tiles.py`); `segment` chunks per segment (default `segment_length`); `keep_float32` asks
-    for o before its rounding to v's dtype too (normalized attention's backward pass computes
-    a_i = −g_i·o_i from it: a 16-bit o would lose to rounding what the gradient of φ(q) keeps
-    after a cancellation)."""
+    None, o in float32 or None, the final state (S `(B, H, V, K)`, z `(B, H, K)` or None) in
+    float32). Inputs contiguous `(B, H, N, ·)`, `initial_state` (S_0, z_0) likewise or None;
+    `arch` selects the tiles (`tiles.py`); `segment` chunks per segment (default
+    `segment_length`); `keep_float32` asks for o before its rounding to v's dtype too
+    (normalized attention's backward pass computes a_i = −g_i·o_i from it: a 16-bit o would lose
+    to rounding what the gradient of φ(q) keeps after a cancellation)."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     tile = tiles("segment_output", arch, d_k, d_v, v.dtype)
@@ -209,10 +250,11 @@ def chunk_linear_attention_fwd(
     split, programs = d_k // tile.block_k, batch * heads * d_k * d_v // tile.block_k // tile.block_v
     segment = segment or segment_length(n_chunks, programs, v.device)
     hs, zs = segment_sums(
-        k, v, normalize=normalize, chunk_size=chunk_size, segment=segment, arch=arch
+        k, v, initial_state, normalize=normalize, chunk_size=chunk_size, segment=segment, arch=arch
     )
     for sums in (hs, zs) if normalize else (hs,):
-        sums.cumsum_(dim=2)  # prefix sums over the segments
+        sums.cumsum_(dim=2)  # row s: the state before segment s; the last row: the final state
+    final = (hs[:, :, -1].mT, zs[:, :, -1] if normalize else None)
     o32 = None
     if split == 1:
         o = torch.empty_like(v)
@@ -228,9 +270,9 @@ def chunk_linear_attention_fwd(
         NORMALIZE=normalize, **tile.launch_options,
     )  # fmt: skip
     if split == 1:
-        return o, rden, o32 if o32 is not None else (o if keep_float32 else None)
+        return o, rden, o32 if o32 is not None else (o if keep_float32 else None), final
     o = o.sum(dim=0)
     if normalize:
         rden = 1.0 / (rden.sum(dim=0) + eps)
         o = o * rden[..., None]
-    return o.to(v.dtype), rden, o if keep_float32 else None
+    return o.to(v.dtype), rden, o if keep_float32 else None, final

@@ -31,45 +31,75 @@ from linattn_core.validation import check_eps
 
 
 class CausalLinearAttention(torch.autograd.Function):
-    """Causal linear attention `(B, H, N, d)` → `(B, H, N, d_v)`, forward and backward in Triton."""
+    """Causal linear attention `(B, H, N, d)` → (`(B, H, N, d_v)`, final state S `(B, H, d_v, d)`,
+    z `(B, H, d)`), forward and backward in Triton, from an initial state (S_0, z_0) or zeros
+    (None). The final state is None unless asked for (`final`): its rounding to the inputs'
+    dtype is two more operations on the host, which short sequences feel."""
 
     @staticmethod
-    def forward(ctx, phi_q, phi_k, v, normalize, eps, chunk_size):
+    def forward(ctx, phi_q, phi_k, v, s0, z0, normalize, eps, chunk_size, final):
+        ctx.set_materialize_grads(False)  # an unused final state adds nothing to the backward
         q, k, v = (x.contiguous() for x in (phi_q, phi_k, v))  # the kernels' layout
+        s0, z0 = (None if x is None else x.contiguous() for x in (s0, z0))
         ctx.options = {
             "chunk_size": kernel_chunk(chunk_size, v.dtype),
             "arch": device_arch(v.device),
         }
-        if v.numel() == 0:  # no tokens or no heads: nothing to launch
-            ctx.save_for_backward(q, k, v, None, None)
-            return torch.empty_like(v)
-        keep = normalize and any(ctx.needs_input_grad[:3])  # the backward's a = −g·o needs o
-        o, rden, o32 = chunk_linear_attention_fwd(
-            q, k, v, normalize=normalize, eps=eps, keep_float32=keep, **ctx.options
-        )
-        ctx.save_for_backward(q, k, v, o32, rden)
-        return o
+        if v.numel() == 0:  # no tokens or no heads: the state passes through
+            ctx.save_for_backward(q, k, v, None, None, s0, z0)
+            if not final:
+                return torch.empty_like(v), None, None
+            s_n = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0.clone()
+            z_n = q.new_zeros(q.shape[:2] + q.shape[3:]) if z0 is None else z0.clone()
+            return torch.empty_like(v), s_n, z_n if normalize else None
+        keep = normalize and any(ctx.needs_input_grad[:5])  # the backward's a = −g·o needs o
+        o, rden, o32, (s_n, z_n) = chunk_linear_attention_fwd(
+            q, k, v, None if s0 is None else (s0, z0), normalize=normalize, eps=eps,
+            keep_float32=keep, **ctx.options,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, o32, rden, s0, z0)
+        if not final:
+            return o, None, None
+        return o, s_n.to(v.dtype), None if z_n is None else z_n.to(v.dtype)
 
     @staticmethod
-    def backward(ctx, do):
-        q, k, v, o, rden = ctx.saved_tensors
+    def backward(ctx, do, ds_n, dz_n):
+        q, k, v, o, rden, s0, z0 = ctx.saved_tensors
         if v.numel() == 0:
-            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None, None
-        dq, dk, dv = chunk_linear_attention_bwd(q, k, v, o, rden, do.contiguous(), **ctx.options)
-        return dq, dk, dv, None, None, None
+            zeros = (torch.zeros_like(x) for x in (q, k, v))
+            return *zeros, ds_n, dz_n, None, None, None, None
+        dq, dk, dv, (ds_0, dz_0) = chunk_linear_attention_bwd(
+            q, k, v, o, rden, torch.zeros_like(v) if do is None else do.contiguous(),
+            None if s0 is None else (s0, z0),
+            None if ds_n is None and dz_n is None else (ds_n, dz_n),
+            **ctx.options,
+        )  # fmt: skip
+        ds_0 = ds_0.to(v.dtype) if ctx.needs_input_grad[3] else None
+        dz_0 = dz_0.to(v.dtype) if ctx.needs_input_grad[4] else None
+        return dq, dk, dv, ds_0, dz_0, None, None, None, None
 
 
 def triton_linear_attention(
-    phi_q, phi_k, v, *, causal=True, normalize=True, chunk_size=64, eps=1e-6
+    phi_q,
+    phi_k,
+    v,
+    *,
+    causal=False,
+    normalize=True,
+    chunk_size=64,
+    eps=1e-6,
+    initial_state=None,
+    output_final_state=False,
 ):
     """`linear_attention` on Triton kernels: causal, forward and backward, in O(N) memory.
 
-    normalize=True:  o_i = φ(q_i) S_i / (φ(q_i)·z_i + eps)
-    normalize=False: o_i = φ(q_i) S_i
-    with S_i = Σ_{j ≤ i} φ(k_j)ᵀ v_j `(d, d_v)` and z_i = Σ_{j ≤ i} φ(k_j) `(d,)` (all j when
-    not causal). Causal attention runs the chunked kernels of `forward.py` and `backward.py`,
-    which multiply in the inputs' dtype and accumulate in float32; non-causal attention is two
-    plain matrix products, φ(Q) (φ(K)ᵀ V), as fast as any kernel.
+    normalize=True:  o_i = S_i φ(q_i) / (φ(q_i)·z_i + eps)
+    normalize=False: o_i = S_i φ(q_i)
+    with S_i = S_0 + Σ_{j ≤ i} v_j φ(k_j)ᵀ `(d_v, d)` and z_i = z_0 + Σ_{j ≤ i} φ(k_j) `(d,)` (all
+    j when not causal), (S_0, z_0) = `initial_state` or zeros. Causal attention runs the chunked
+    kernels of `forward.py` and `backward.py`, which multiply in the inputs' dtype and
+    accumulate in float32; non-causal attention is two plain matrix products through the state
+    S_0 + Vᵀφ(K), as fast as any kernel.
 
     The kernels run on CUDA tensors, or on CPU tensors under the Triton interpreter (the
     environment variable TRITON_INTERPRET=1, set before triton is first imported).
@@ -83,9 +113,15 @@ def triton_linear_attention(
         normalize: divide by the denominator; False returns the numerator.
         chunk_size: tokens per chunk C, one of `SUPPORTED_CHUNK_SIZES`.
         eps: non-negative number added to the denominator.
+        initial_state: (S_0 `(..., d_v, d)`, z_0 `(..., d)` or None without normalization), in
+            the inputs' dtype (`attention.LinearAttentionState`), or None for zeros. Inputs are
+            checked by `linear_attention`, which calls this function for method="triton".
+        output_final_state: also return the state after the last token.
 
     Returns:
-        `(..., N, d_v)` in the inputs' dtype (float32, bfloat16 or float16).
+        `(..., N, d_v)` in the inputs' dtype (float32, bfloat16 or float16); with
+        output_final_state, (output, (S, z)), the final state in the inputs' dtype (z None
+        without normalization).
 
     >>> q = torch.ones(2, 4, 8, 24)  # d = 24: no tensor-core tile
     >>> triton_linear_attention(q, q, q)  # doctest: +ELLIPSIS
@@ -96,15 +132,34 @@ def triton_linear_attention(
     fn = "triton_linear_attention"
     check_eps(fn, eps)
     check_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v, chunk_size=chunk_size)
+    s0, z0 = (None, None) if initial_state is None else initial_state
+    z0 = z0 if normalize else None
     if not causal:
-        out = phi_q @ (phi_k.mT @ v)  # (..., N, d_v) through the state φ(K)ᵀV (..., d, d_v)
-        if not normalize:
-            return out
-        return out / (phi_q @ phi_k.sum(dim=-2)[..., None] + eps)  # denominator (..., N, 1)
+        return _non_causal(phi_q, phi_k, v, s0, z0, normalize, eps, output_final_state)
 
-    *batch, n, _ = phi_q.shape
-    if len(batch) != 2:
-        heads = math.prod(batch)  # any leading dimensions become (1, heads)
-        phi_q, phi_k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (phi_q, phi_k, v))
-    out = CausalLinearAttention.apply(phi_q, phi_k, v, normalize, eps, chunk_size)  # (B, H, N, d_v)
-    return out.reshape(*batch, n, v.shape[-1])
+    *batch, n, d = phi_q.shape
+    d_v = v.shape[-1]
+    heads = math.prod(batch)  # any leading dimensions become (1, heads)
+    phi_q, phi_k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (phi_q, phi_k, v))
+    if s0 is not None:
+        s0 = s0.reshape(1, heads, d_v, d)
+        z0 = None if z0 is None else z0.reshape(1, heads, d)
+    options = (normalize, eps, chunk_size, output_final_state)
+    out, s_n, z_n = CausalLinearAttention.apply(phi_q, phi_k, v, s0, z0, *options)
+    out = out.reshape(*batch, n, d_v)
+    if not output_final_state:
+        return out
+    return out, (s_n.reshape(*batch, d_v, d), None if z_n is None else z_n.reshape(*batch, d))
+
+
+def _non_causal(phi_q, phi_k, v, s0, z0, normalize, eps, output_final_state):
+    """Every query sees the state of all keys: S = S_0 + Vᵀφ(K), z = z_0 + Σ_j φ(k_j), two
+    matrix products (output, or (output, (S, z)))."""
+    state = v.mT @ phi_k  # (..., d_v, d)
+    state = state if s0 is None else s0 + state
+    out = phi_q @ state.mT  # (..., N, d_v)
+    key_sum = None
+    if normalize:
+        key_sum = phi_k.sum(dim=-2) if z0 is None else z0 + phi_k.sum(dim=-2)  # (..., d)
+        out = out / (phi_q @ key_sum[..., None] + eps)  # denominator (..., N, 1)
+    return (out, (state, key_sum)) if output_final_state else out

@@ -1,3 +1,3 @@
 """What studies the kernels rather than running them: the compile check (`compile`), the launch
-recorder it uses (`launches`), the interpreter's memory tracer (`trace`), the cost model
-(`cost_model`) and the GPU tile sweep (`sweep`)."""
+recorder it uses (`launches`), the interpreter's memory tracer (`trace`) and the cost model
+(`cost_model`). The GPU tile sweep, a benchmark, is `linattn_core.bench.tile_sweep`."""

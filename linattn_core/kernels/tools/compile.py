@@ -453,7 +453,7 @@ def report_json(provenance, records):
 
 
 def _provenance(arguments):
-    from linattn_core.bench.provenance import device_name, provenance
+    from linattn_core.provenance import device_name, provenance
 
     command = " ".join(
         ["python -m linattn_core.kernels.tools.compile", *map(shlex.quote, sys.argv[1:])]

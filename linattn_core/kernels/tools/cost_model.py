@@ -195,12 +195,13 @@ def softmax_costs(batch_heads, n, d, *, mode="fwd", dtype=torch.bfloat16):
     return [KernelCost(name, flop_count(shape, mode, "softmax"), traffic_bytes(shape, mode, dtype))]
 
 
-def roofline_crossover_length(
+def kernel_roofline_crossover_length(
     peaks, d, *, batch_heads=16, mode="fwd", dtype=torch.bfloat16, longest=2**17
 ):
-    """The predicted crossover: the shortest N (a multiple of 64, up to `longest`) from which the
-    roofline time of these kernels stays below that of FlashAttention-style softmax attention;
-    None if they are not faster at `longest`."""
+    """The roofline crossover of these kernels: the shortest N (a multiple of 64, up to `longest`)
+    from which their roofline time, for the bytes they move, stays below that of
+    FlashAttention-style softmax attention; None if they are not faster at `longest`. With minimum
+    bytes for both, the closed form is `linattn_core.costs.roofline_crossover_length`."""
     crossover = None
     for n in range(longest, 0, -64):
         linear = predicted_seconds(
@@ -227,22 +228,23 @@ def _out_bytes(s, shares):
 
 
 def _prefix_sums(s, states):
-    """torch's cumsum over the segments of `states` state sums (and of their vectors)."""
-    moved = 8 * states * s.ns * (s.d * s.d_v + (s.d if s.normalize else 0))
+    """torch's cumsum over the segments of `states` state sums (and of their vectors), the
+    initial state in row 0."""
+    moved = 8 * states * (s.ns + 1) * (s.d * s.d_v + (s.d if s.normalize else 0))
     return _per_head("prefix sums (torch)", s, 0, moved)
 
 
 def _sums(s):
     nk, nv = s.tiles("segment_sums")
-    moved = s.b * s.nt * s.c * (s.d * nv + s.d_v * nk) + 4 * s.ns * s.d * s.d_v
-    moved += 4 * s.ns * s.d if s.normalize else 0  # z, by the first value tile
+    rows = s.ns + 1  # the initial state (zeros), then each segment's sums
+    moved = s.b * s.nt * s.c * (s.d * nv + s.d_v * nk) + 4 * rows * s.d * s.d_v
+    moved += 4 * rows * s.d if s.normalize else 0  # z, by the first value tile
     return _per_head("segment_sums_kernel", s, 2 * s.nt * s.c * s.d * s.d_v, moved)
 
 
 def _output(s, keep_float32):
     nk, nv = s.tiles("segment_output")
-    before = s.ns - 1  # prefix sums read before the walks (none by the first segment)
-    moved = 4 * before * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
+    moved = 4 * s.ns * (s.d * s.d_v + (s.d * nv if s.normalize else 0))  # each segment's start
     moved += s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
     moved += _out_bytes(s, nk) * s.nt * s.c * s.d_v * nk
     if keep_float32 and nk == 1 and s.dtype != torch.float32:
@@ -256,16 +258,16 @@ def _output(s, keep_float32):
 
 def _sums_bwd(s):
     nk, nv = s.tiles("segment_sums_bwd")
-    moved = s.b * s.nt * s.c * (2 * s.d * nv + 2 * s.d_v * nk) + 8 * s.ns * s.d * s.d_v
+    rows = s.ns + 1  # as in the forward pass: the initial state (zeros), then the segments
+    moved = s.b * s.nt * s.c * (2 * s.d * nv + 2 * s.d_v * nk) + 8 * rows * s.d * s.d_v
     if s.normalize:  # r and a per program, z and y by the first value tile
-        moved += 8 * s.nt * s.c * nk * nv + 8 * s.ns * s.d
+        moved += 8 * s.nt * s.c * nk * nv + 8 * rows * s.d
     return _per_head("segment_sums_bwd_kernel", s, 4 * s.nt * s.c * s.d * s.d_v, moved)
 
 
 def _dq(s):
     nk, nv = s.tiles("segment_dq")
-    before = s.ns - 1
-    moved = 4 * before * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
+    moved = 4 * s.ns * (s.d * s.d_v + (s.d * nv if s.normalize else 0))  # each segment's start
     moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
     if s.normalize:  # r per program, a in the first value tile's
         moved += 4 * s.nt * s.c * (nk * nv + nk)
@@ -277,7 +279,7 @@ def _dq(s):
 
 def _dk(s):
     nk, nv = s.tiles("segment_dk")
-    after = 2 * s.ns - 1  # prefix sums read before the walks: all segments, less those before
+    after = 2 * s.ns  # prefix sums read before the walks: all segments, less those before
     moved = 4 * after * (s.d * s.d_v + (s.d if s.normalize else 0))
     moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
     if s.normalize:
@@ -290,7 +292,7 @@ def _dk(s):
 
 def _dv(s):
     nk, nv = s.tiles("segment_dv")
-    after = 2 * s.ns - 1
+    after = 2 * s.ns
     moved = 4 * after * s.d * s.d_v + s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
     if s.normalize:
         moved += 4 * s.nt * s.c * nk * nv

@@ -78,7 +78,7 @@ def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     )
     options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
     with intercepted_launches() as forward:
-        _, rden, o = chunk_linear_attention_fwd(
+        _, rden, o, _ = chunk_linear_attention_fwd(
             q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
         )
     with intercepted_launches() as backward:

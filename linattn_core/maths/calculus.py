@@ -100,7 +100,7 @@ def check_gradient(
     >>> print(check_gradient(lambda X: torch.trace(A @ X @ B), lambda X: A.T @ B.T, [(4, 5)],
     ...                      name="d tr(AXB)/dX"))
     ✓ d tr(AXB)/dX: relative error < 1e-10
-    >>> from linattn_core.linalg import kron
+    >>> from linattn_core.maths.linalg import kron
     >>> print(check_gradient(lambda A, X: A @ X, lambda A, X: kron(X.T, torch.eye(3).double()),
     ...                      [(3, 4), (4, 2)], wrt=0, layout="vec", name="d vec(AX)/d vec(A)"))
     ✓ d vec(AX)/d vec(A): relative error < 1e-10

@@ -40,9 +40,9 @@ class Source:
 def show_source(*objects) -> Source:
     """The source of functions, classes or Triton kernels of the package, as defined there.
 
-    >>> from linattn_core.linalg import vec
+    >>> from linattn_core.maths.linalg import vec
     >>> print(show_source(vec).origin)
-    linattn_core.linalg.vec
+    linattn_core.maths.linalg.vec
     >>> show_source(vec).code.splitlines()[0]
     'def vec(x: torch.Tensor) -> torch.Tensor:'
     """

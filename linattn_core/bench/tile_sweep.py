@@ -1,6 +1,6 @@
 """Time the kernels under other tiles on a CUDA device: the measurements behind `tiles.py`.
 
-    python -m linattn_core.kernels.tools.sweep --out DIR [--ns 16384 65536]
+    python -m linattn_core.bench.tile_sweep --out DIR [--ns 16384 65536]
 
 Each variant replaces the tile of some kernels (their BK, BV, warps, stages) or the programs the
 segments of linear attention give each multiprocessor (`PROGRAMS_PER_SM`), and runs one
@@ -150,11 +150,11 @@ def profile(op, n):
 
 def main(argv=None):
     from linattn_core.bench.gpu_check import compile_launches, project_commit
-    from linattn_core.bench.provenance import provenance
     from linattn_core.kernels.common import device_arch
+    from linattn_core.provenance import provenance
 
     parser = argparse.ArgumentParser(
-        prog="python -m linattn_core.kernels.tools.sweep", description=__doc__.splitlines()[0]
+        prog="python -m linattn_core.bench.tile_sweep", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ns", type=int, nargs="*", default=[16384, 65536])

@@ -9,7 +9,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from linattn_core import linear_attention, widgets
+from linattn_core import linear_attention
+from linattn_core.book import explorers
 
 BUDGET = 2**30  # 1 GiB: a fixed budget, whatever the machine has free
 
@@ -28,7 +29,7 @@ def first_xs(lines):
 
 
 def test_complexity_explorer_runs_and_updates():
-    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer = explorers.ComplexityExplorer(memory_budget=BUDGET)
     explorer.n_range.value = (256, 512)
     explorer.methods.value = ("softmax_naive", "linear_chunked")
     explorer.repeats.value = 1
@@ -65,7 +66,7 @@ def test_complexity_explorer_runs_and_updates():
 
 
 def test_complexity_explorer_guard_refuses_absurd_sizes():
-    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer = explorers.ComplexityExplorer(memory_budget=BUDGET)
     explorer.n_range.value = (2**22, 2**24)
     explorer.methods.value = ("softmax_naive", "linear_parallel")
     explorer.measure_memory.value = False
@@ -79,7 +80,7 @@ def test_complexity_explorer_guard_refuses_absurd_sizes():
 
 @pytest.mark.slow
 def test_complexity_explorer_never_runs_a_refused_point(softmax_naive_calls):
-    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer = explorers.ComplexityExplorer(memory_budget=BUDGET)
     explorer.n_range.value = (256, 2**24)
     explorer.methods.value = ("softmax_naive",)
     explorer.repeats.value = 1
@@ -100,8 +101,8 @@ def test_chunk_size_explorer_never_runs_a_refused_chunk_size(monkeypatch):
         calls.append(chunk_size)
         return linear_attention(q, k, v, chunk_size=chunk_size, **options)
 
-    monkeypatch.setattr(widgets, "linear_attention", spy)
-    explorer = widgets.ChunkSizeExplorer(memory_budget=8 * 10**6)
+    monkeypatch.setattr(explorers, "linear_attention", spy)
+    explorer = explorers.ChunkSizeExplorer(memory_budget=8 * 10**6)
     explorer.n.value, explorer.d.value = 4096, 16
     explorer.chunk_range.value = (64, 1024)
     explorer.repeats.value = 1
@@ -119,9 +120,9 @@ def test_generation_explorer_never_runs_a_refused_position(monkeypatch):
         positions.append(k_cache.shape[0])
         return softmax_step(q, k_cache, v_cache, **options)
 
-    softmax_step = widgets.softmax_decode_step
-    monkeypatch.setattr(widgets, "softmax_decode_step", spy)
-    explorer = widgets.GenerationExplorer(memory_budget=2**20)
+    softmax_step = explorers.softmax_decode_step
+    monkeypatch.setattr(explorers, "softmax_decode_step", spy)
+    explorer = explorers.GenerationExplorer(memory_budget=2**20)
     explorer.positions.value = (64, 2**16)
     explorer.repeats.value = 1
     records = explorer.run()
@@ -131,18 +132,18 @@ def test_generation_explorer_never_runs_a_refused_position(monkeypatch):
 
 
 def test_complexity_explorer_follows_the_device():
-    explorer = widgets.ComplexityExplorer()
+    explorer = explorers.ComplexityExplorer()
     assert "linear_triton" not in explorer.methods.options  # CPU: no Triton kernels
     assert explorer.device.options[0] == "cpu"
 
 
 def test_complexity_explorer_explains_a_missing_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    explorer = widgets.ComplexityExplorer(memory_budget=BUDGET)
+    explorer = explorers.ComplexityExplorer(memory_budget=BUDGET)
     explorer._on_device({"new": "cuda"})
     assert "torch.cuda.is_available() is False" in explorer.table.value
     assert explorer.device.value == "cpu"
-    assert explorer.methods.options == tuple(widgets.default_methods("cpu"))
+    assert explorer.methods.options == tuple(explorers.default_methods("cpu"))
     explorer.n_range.value = (256, 256)
     explorer.methods.value = ("linear_chunked",)
     explorer.measure_memory.value = False
@@ -151,7 +152,7 @@ def test_complexity_explorer_explains_a_missing_gpu(monkeypatch):
 
 
 def test_chunk_size_explorer_runs_and_fits_the_model():
-    explorer = widgets.ChunkSizeExplorer(memory_budget=BUDGET)
+    explorer = explorers.ChunkSizeExplorer(memory_budget=BUDGET)
     explorer.n.value, explorer.d.value = 1024, 32
     explorer.chunk_range.value = (16, 128)
     explorer.repeats.value = 1
@@ -170,7 +171,7 @@ def test_chunk_size_explorer_runs_and_fits_the_model():
 
 
 def test_chunk_size_explorer_guard():
-    explorer = widgets.ChunkSizeExplorer(memory_budget=2**20)
+    explorer = explorers.ChunkSizeExplorer(memory_budget=2**20)
     explorer.n.value = 2**20
     explorer.chunk_range.value = (1, 4096)
     records = explorer.run()
@@ -180,7 +181,7 @@ def test_chunk_size_explorer_guard():
 
 
 def test_generation_explorer_runs_and_guards():
-    explorer = widgets.GenerationExplorer(memory_budget=2**22)
+    explorer = explorers.GenerationExplorer(memory_budget=2**22)
     explorer.positions.value = (64, 2**20)
     explorer.d.value = 32
     explorer.repeats.value = 3
@@ -199,12 +200,12 @@ def test_generation_explorer_runs_and_guards():
 
 
 def test_records_table_escapes():
-    table = widgets.records_table([{"a": "<b>"}], [("a", lambda r: r["a"])])
+    table = explorers.records_table([{"a": "<b>"}], [("a", lambda r: r["a"])])
     assert "&lt;b&gt;" in table and "<b>" not in table
 
 
 def test_the_book_shows_the_last_run_with_a_note_and_no_dead_controls():
-    explorer = widgets.GenerationExplorer(memory_budget=2**22)
+    explorer = explorers.GenerationExplorer(memory_budget=2**22)
     assert "Not run when the notebook was executed" in explorer.static_html()
     explorer.positions.value = (64, 128)
     explorer.d.value = 32
@@ -220,7 +221,7 @@ def test_the_book_shows_the_last_run_with_a_note_and_no_dead_controls():
 
 
 def test_chunk_size_explorer_time_guard():
-    explorer = widgets.ChunkSizeExplorer(memory_budget=2**40)  # memory no limit: time decides
+    explorer = explorers.ChunkSizeExplorer(memory_budget=2**40)  # memory no limit: time decides
     explorer.n.value, explorer.d.value = 2**18, 16
     explorer.chunk_range.value = (1024, 2048)
     explorer.max_seconds.value = 0.1

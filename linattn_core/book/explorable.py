@@ -22,7 +22,6 @@ and caption (the cell's `mystnb.figure` metadata) and loads each frame's images 
 reader picks the frame (`_ext/static_pages.py` writes them to files).
 """
 
-import base64
 import contextlib
 import datetime
 import html
@@ -34,8 +33,8 @@ import zlib
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 
-from linattn_core.bench.provenance import device_name
-from linattn_core.plotting import MIN_EXPLORABLE_TEXT_PX, render
+from linattn_core.book.plotting import MIN_EXPLORABLE_TEXT_PX, image_html
+from linattn_core.provenance import device_name
 
 __all__ = ["Explorable", "explorable"]
 
@@ -126,10 +125,13 @@ def _run(function, values, caption, alt):
     """What `function(**values)` prints and draws, as HTML."""
     text, images, before = io.StringIO(), [], set(plt.get_fignums())
 
-    def show(*args, **kwargs):  # every figure it drew becomes a PNG at twice its resolution
+    def show(*args, **kwargs):  # every figure it drew becomes an image of the page
         for number in sorted(set(plt.get_fignums()) - before):
             figure = plt.figure(number)
-            images.append(render(figure, colors=64))  # line art: a third of the bytes
+            where = f"explorable: at {caption}"
+            images.append(
+                image_html(figure, alt=alt, min_text_px=MIN_EXPLORABLE_TEXT_PX, where=where)
+            )
             plt.close(figure)
 
     original = plt.show
@@ -140,21 +142,8 @@ def _run(function, values, caption, alt):
         show()
     finally:
         plt.show = original
-    for image in images:
-        if image.text_px < MIN_EXPLORABLE_TEXT_PX:
-            raise ValueError(
-                f"explorable: at {caption}, the smallest text of a figure is "
-                f"{image.text_px:.1f} px as displayed (at least {MIN_EXPLORABLE_TEXT_PX} px): "
-                "enlarge its fonts or narrow the figure"
-            )
     parts = [f"<pre>{html.escape(text.getvalue())}</pre>"] if text.getvalue() else []
-    parts += [
-        f'<img src="data:image/png;base64,{base64.b64encode(image.png).decode()}"'
-        f' width="{image.width}" height="{image.height}" data-text-px="{image.text_px:.1f}"'
-        f' style="max-width: 100%; height: auto" alt="{html.escape(alt)}">'
-        for image in images
-    ]
-    return "".join(parts)
+    return "".join(parts + images)
 
 
 def _page(figure):

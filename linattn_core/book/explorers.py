@@ -15,7 +15,6 @@ explorer is its live widget in Jupyter; the book, which has no kernel, shows `st
 run made when the notebook was executed, with a note that the explorer measures live.
 """
 
-import base64
 import html
 import math
 
@@ -23,15 +22,15 @@ import ipywidgets as widgets
 import numpy as np
 import torch
 
-from linattn_core.attention import linear_attention
+from linattn_core.attention import LinearAttentionState, linear_attention
 from linattn_core.bench import complexity, default_methods, slopes
 from linattn_core.bench.complexity import powers_of_two
 from linattn_core.bench.memory import make_inputs, memory_budget, skip_reason
 from linattn_core.bench.plot import loglog_panel, plot_complexity
+from linattn_core.bench.timing import median_times
+from linattn_core.book.plotting import image_html
 from linattn_core.costs import chunked_peak_bytes, fit_chunk_model
 from linattn_core.decoding import linear_decode_step, softmax_decode_step
-from linattn_core.plotting import render
-from linattn_core.timing import median_times
 
 SIZES = [2**p for p in range(4, 25)]  # the N choices: 16 ... 16M, far past what fits
 CHUNK_SIZES = [2**p for p in range(13)]  # 1 ... 4096
@@ -80,13 +79,7 @@ class Explorer:
             )
             run = f'<div style="font-size: 0.85em">Run shown: {html.escape(settings)}.</div>'
             if self.figure is not None:
-                image = render(self.figure, colors=64)
-                png = base64.b64encode(image.png).decode()
-                run += (
-                    f'<img src="data:image/png;base64,{png}" width="{image.width}" '
-                    f'height="{image.height}" data-text-px="{image.text_px:.1f}" '
-                    f'style="max-width: 100%; height: auto" alt="{html.escape(self.title)}">'
-                )
+                run += image_html(self.figure, alt=self.title)
             run += self.table_html()
         return (
             f'<div class="live-explorer"><b>{html.escape(self.title)}</b>'
@@ -426,11 +419,11 @@ class GenerationExplorer(Explorer):
         generator = torch.Generator().manual_seed(0)
         k_cache, v_cache = torch.rand(2, position, d, generator=generator)  # (t, d) each
         q = torch.rand(d, generator=generator)  # (d,)
-        state = k_cache.mT @ v_cache  # (d, d): the summary of the same t tokens
-        normalizer = k_cache.sum(dim=0)  # (d,)
+        # the summary of the same t tokens: S = Σ v_j k_jᵀ (d, d), z = Σ k_j (d,)
+        state = LinearAttentionState(S=v_cache.mT @ k_cache, z=k_cache.sum(dim=0))
         steps = {
             "softmax": lambda: softmax_decode_step(q, k_cache, v_cache),
-            "linear": lambda: linear_decode_step(q, q, q, state, normalizer),
+            "linear": lambda: linear_decode_step(q, q, q, initial_state=state),
         }
         with torch.inference_mode():
             times = {

@@ -1,6 +1,6 @@
-"""Tests of `linattn_core.norms` and of the vector- and matrix-norm facts chapter 6 states: the
-inequalities between vector p-norms, the induced-norm formulas, submultiplicativity, and the
-table of constants between six matrix norms, which holds and is sharp."""
+"""Tests of `linattn_core.maths.matrix_norms` and of the vector- and matrix-norm facts chapter 6
+states: the inequalities between vector p-norms, the induced-norm formulas, submultiplicativity,
+and the table of constants between six matrix norms, which holds and is sharp."""
 
 import math
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from linattn_core.linalg import kron
-from linattn_core.norms import (
+from linattn_core.maths.linalg import kron
+from linattn_core.maths.matrix_norms import (
     NORM_NAMES,
     equal_singular_values,
     matrix_norms,

@@ -13,6 +13,7 @@ executed notebooks, and every stored figure must meet the minimum.
 """
 
 import base64
+import html
 import io
 
 import matplotlib.pyplot as plt
@@ -85,6 +86,25 @@ def render(figure, *, colors=None):
         buffer = io.BytesIO()
         image.convert("RGB").quantize(colors=colors).save(buffer, "PNG", optimize=True)
     return Rendered(buffer.getvalue(), width, height, text_px(figure, width))
+
+
+def image_html(figure, *, alt, min_text_px=None, where="figure"):
+    """`figure` as the book's static image: an `<img>` of its PNG at 2× resolution in 64 colours
+    (line art), its size and smallest text as displayed (`data-text-px`, which the book's checks
+    read) and `alt` for a reader who cannot see it; with `min_text_px`, a ValueError naming
+    `where` when its smallest text is smaller. The one way interactive figures (`explorable`)
+    and the scaling explorers put a figure into the HTML of the book."""
+    image = render(figure, colors=64)
+    if min_text_px is not None and image.text_px < min_text_px:
+        raise ValueError(
+            f"{where}: the smallest text of a figure is {image.text_px:.1f} px as displayed (at "
+            f"least {min_text_px} px): enlarge its fonts or narrow the figure"
+        )
+    return (
+        f'<img src="data:image/png;base64,{base64.b64encode(image.png).decode()}"'
+        f' width="{image.width}" height="{image.height}" data-text-px="{image.text_px:.1f}"'
+        f' style="max-width: 100%; height: auto" alt="{html.escape(alt)}">'
+    )
 
 
 def text_px(figure, width):

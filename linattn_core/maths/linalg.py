@@ -7,7 +7,7 @@ embeddings (RoPE).
 (Magnus and Neudecker, *Matrix Differential Calculus*). RoPE rotates consecutive pairs of
 coordinates (x_1, x_2), (x_3, x_4), … by the angles m θ_i, θ_i = base^(−2(i−1)/d)
 (Su et al., *RoFormer*); `rope_half_split` pairs x_i with x_{i+d/2} instead (GPT-NeoX).
-Elimination (LU, triangular solves) is in `linear_systems`, norms in `norms`.
+Elimination (LU, triangular solves) is in `linear_systems`, matrix norms in `matrix_norms`.
 """
 
 import numbers
