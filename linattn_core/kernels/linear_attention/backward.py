@@ -313,10 +313,11 @@ def segment_dv_kernel(
 
 def chunk_linear_attention_bwd(
     q, k, v, o, rden, do, initial_state=None, final_state_grad=None, *, chunk_size, arch,
-    segment=None,
+    segment=None, initial_state_grad=False,
 ):  # fmt: skip
     """Gradients of causal linear attention for the output gradient `do` (and the final state's
-    gradient): (dq, dk, dv, (∂L/∂S_0 `(B, H, V, K)`, ∂L/∂z_0 `(B, H, K)` or None) in float32).
+    gradient): (dq, dk, dv, (∂L/∂S_0 `(B, H, V, K)`, ∂L/∂z_0 `(B, H, K)` or None) in float32
+    when `initial_state_grad`, else None).
 
     `o` and `rden` are the forward's output (in float32: `chunk_linear_attention_fwd`'s
     keep_float32) and r, both None without normalization; every tensor contiguous `(B, H, N, ·)`;
@@ -378,4 +379,6 @@ def chunk_linear_attention_bwd(
     launch(segment_dq_kernel, "segment_dq", k, v, do, rden, a, hs, zs, shares_of=dq)
     launch(segment_dk_kernel, "segment_dk", q, v, do, rden, a, ds, ys, shares_of=dk)
     launch(segment_dv_kernel, "segment_dv", q, k, do, rden, ds, shares_of=dv)
+    if not initial_state_grad:
+        return dq, dk, dv, None
     return dq, dk, dv, (ds[:, :, -1].mT, ys[:, :, -1] if normalize else None)

@@ -234,11 +234,12 @@ def segment_sums(k, v, initial_state=None, *, normalize, chunk_size, segment, ar
 
 def chunk_linear_attention_fwd(
     q, k, v, initial_state=None, *, normalize, eps, chunk_size, arch, segment=None,
-    keep_float32=False,
+    keep_float32=False, final_state=False,
 ):  # fmt: skip
     """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, r `(B, H, N)` float32 or
     None, o in float32 or None, the final state (S `(B, H, V, K)`, z `(B, H, K)` or None) in
-    float32). Inputs contiguous `(B, H, N, ·)`, `initial_state` (S_0, z_0) likewise or None;
+    float32 when `final_state`, else None). Inputs contiguous `(B, H, N, ·)`, `initial_state`
+    (S_0, z_0) likewise or None;
     `arch` selects the tiles (`tiles.py`); `segment` chunks per segment (default
     `segment_length`); `keep_float32` asks for o before its rounding to v's dtype too
     (normalized attention's backward pass computes a_i = −g_i·o_i from it: a 16-bit o would lose
@@ -254,7 +255,7 @@ def chunk_linear_attention_fwd(
     )
     for sums in (hs, zs) if normalize else (hs,):
         sums.cumsum_(dim=2)  # row s: the state before segment s; the last row: the final state
-    final = (hs[:, :, -1].mT, zs[:, :, -1] if normalize else None)
+    final = (hs[:, :, -1].mT, zs[:, :, -1] if normalize else None) if final_state else None
     o32 = None
     if split == 1:
         o = torch.empty_like(v)

@@ -53,13 +53,14 @@ class CausalLinearAttention(torch.autograd.Function):
             z_n = q.new_zeros(q.shape[:2] + q.shape[3:]) if z0 is None else z0.clone()
             return torch.empty_like(v), s_n, z_n if normalize else None
         keep = normalize and any(ctx.needs_input_grad[:5])  # the backward's a = −g·o needs o
-        o, rden, o32, (s_n, z_n) = chunk_linear_attention_fwd(
+        o, rden, o32, final_state = chunk_linear_attention_fwd(
             q, k, v, None if s0 is None else (s0, z0), normalize=normalize, eps=eps,
-            keep_float32=keep, **ctx.options,
+            keep_float32=keep, final_state=final, **ctx.options,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, o32, rden, s0, z0)
         if not final:
             return o, None, None
+        s_n, z_n = final_state
         return o, s_n.to(v.dtype), None if z_n is None else z_n.to(v.dtype)
 
     @staticmethod
@@ -68,14 +69,16 @@ class CausalLinearAttention(torch.autograd.Function):
         if v.numel() == 0:
             zeros = (torch.zeros_like(x) for x in (q, k, v))
             return *zeros, ds_n, dz_n, None, None, None, None
-        dq, dk, dv, (ds_0, dz_0) = chunk_linear_attention_bwd(
+        wanted = ctx.needs_input_grad[3:5]  # ∂L/∂S_0, ∂L/∂z_0
+        dq, dk, dv, initial_grad = chunk_linear_attention_bwd(
             q, k, v, o, rden, torch.zeros_like(v) if do is None else do.contiguous(),
             None if s0 is None else (s0, z0),
             None if ds_n is None and dz_n is None else (ds_n, dz_n),
-            **ctx.options,
+            initial_state_grad=any(wanted), **ctx.options,
         )  # fmt: skip
-        ds_0 = ds_0.to(v.dtype) if ctx.needs_input_grad[3] else None
-        dz_0 = dz_0.to(v.dtype) if ctx.needs_input_grad[4] else None
+        ds_0, dz_0 = initial_grad or (None, None)
+        ds_0 = ds_0.to(v.dtype) if wanted[0] else None
+        dz_0 = dz_0.to(v.dtype) if wanted[1] else None
         return dq, dk, dv, ds_0, dz_0, None, None, None, None
 
 
