@@ -66,10 +66,11 @@ class CausalLinearAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, ds_n, dz_n):
         q, k, v, o, rden, s0, z0 = ctx.saved_tensors
-        if v.numel() == 0:
-            zeros = (torch.zeros_like(x) for x in (q, k, v))
-            return *zeros, ds_n, dz_n, None, None, None, None
         wanted = ctx.needs_input_grad[3:5]  # ∂L/∂S_0, ∂L/∂z_0
+        if v.numel() == 0:  # the final state was the initial one
+            zeros = (torch.zeros_like(x) for x in (q, k, v))
+            passed = (g if w else None for g, w in zip((ds_n, dz_n), wanted, strict=True))
+            return *zeros, *passed, None, None, None, None
         dq, dk, dv, initial_grad = chunk_linear_attention_bwd(
             q, k, v, o, rden, torch.zeros_like(v) if do is None else do.contiguous(),
             None if s0 is None else (s0, z0),
