@@ -11,13 +11,15 @@ environment, no internet: run it from a copy of the repository (`PYTHONPATH=.`).
 2. checks: both operations' kernels against float64 on the GPU, each kernel in each dtype at
    least once — ragged N, d 64 and 128, the output and every gradient, the delta rule with and
    without an initial state — against `KERNEL_RTOL`;
-3. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
+3. host: where the host's time goes in a pass at N = 1024 (`bench.host`);
+4. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
    bfloat16, B·H = 16, d = 64, N = 1k…64k, both operations (`gpu.gpu_benchmark`);
-4. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
+5. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
    its Python packages can be carried as wheels, see README) into DIR.
 
-It writes DIR/gpu_check.json — provenance, the checks, the benchmark's rows and roofline, the
-seconds each step took — and prints the checks and a table; it exits with 1 when a check fails.
+It writes DIR/gpu_check.json — provenance, the checks, the host's costs, the benchmark's rows
+and roofline, the seconds each step took — and prints the checks and a table; it exits with 1
+when a check fails.
 --dry runs the same code on the CPU through the Triton interpreter at toy sizes: a test of the
 command (part of `make test`), whose numbers mean nothing.
 """
@@ -297,6 +299,7 @@ def main(argv=None):
     import torch
 
     from linattn_core.bench.gpu import gpu_benchmark
+    from linattn_core.bench.host import host_costs, host_line
     from linattn_core.provenance import provenance
 
     if not arguments.dry and not torch.cuda.is_available():
@@ -324,6 +327,12 @@ def main(argv=None):
     save()
     for check in report["checks"]:
         print(check_line(check), flush=True)
+    start = time.perf_counter()
+    toy = {"n": 64, "heads": 2, "d": 16, "dtype": torch.float16, "calls": 2, "warmup": 1}
+    report["host"] = host_costs(device, **(toy if arguments.dry else {}))
+    seconds["host"] = time.perf_counter() - start
+    save()
+    print(host_line(report["host"]), flush=True)
     dtype = torch.float16 if arguments.dry else torch.bfloat16
     report["rows"] = []
     for op in ("linear", "delta"):  # saved after each: the delta rule's rows may not fit a budget

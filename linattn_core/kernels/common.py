@@ -63,6 +63,7 @@ INTERPRETED = isinstance(dot, InterpretedFunction) and isinstance(
 )
 
 
+@functools.cache
 def device_arch(device):
     """The compute capability of a CUDA device as 80, 90, …; 90 for the CPU interpreter."""
     if device.type != "cuda":

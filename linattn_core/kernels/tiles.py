@@ -7,7 +7,7 @@ small a tile wastes the tensor cores and re-reads the inputs once per tile. The 
 chosen with `python -m linattn_core.kernels.tools.compile`, which compiles every kernel for A100
 (sm_80) and H100 (sm_90) on a CPU and reports registers, spills, shared memory and occupancy
 (`figures/kernels_compiled.json`): every entry compiles without a spill and within its
-architecture's shared memory, 45 configurations of them with a register budget for ptxas
+architecture's shared memory, 50 configurations of them with a register budget for ptxas
 (`REGISTER_BUDGETS`). The rules:
 
 - a kernel's tile is its widest block (`WIDEST`) or the head size if smaller: 64 columns for
@@ -15,9 +15,15 @@ architecture's shared memory, 45 configurations of them with a register budget f
   their operands in registers, and 16 for float32 inputs, whose products run as three TF32
   products (`common.dot`) and need about three times the registers; float32 inputs also run in
   chunks of half the size (`kernel_chunk`);
-- 4 warps for every kernel but the delta rule's prepare kernel, which takes 2 (`TWO_WARPS`);
+- 4 warps for every kernel but the delta rule's prepare kernel, which takes 2 (`TWO_WARPS`),
+  and the backward walk of a short sequence, which takes 8 (`EIGHT_WARPS`): its program holds
+  the pointers of all three walks, and with 4 warps its 16-bit normalized configurations spill
+  up to 68 bytes on sm_90 (from d = 64) and 8 on sm_89 (8 warps: none; one program a
+  multiprocessor, which a short sequence's B·H programs do not miss);
 - 2 pipeline stages; 1 in the delta rule's prepare kernel, whose operands of two would not fit
-  (`ONE_STAGE`); 3 in the delta rule's walks on sm_90 (`THREE_STAGES`).
+  (`ONE_STAGE`), and below sm_90 in the short sequence's backward walk, which spilled 8 bytes in
+  one of its 192 configurations there with two (`ONE_STAGE_BELOW_SM90`); 3 in the delta rule's
+  walks on sm_90 (`THREE_STAGES`).
 
 The sm_90 entries of the delta rule were measured on an H200 (`figures/gpu/*/tile_sweep.json`,
 each variant against the table of the day, in one run): 8 warps in prepare took 1.6 times as long
@@ -42,6 +48,7 @@ LINEAR_ATTENTION_KERNELS = (
     "segment_dq",
     "segment_dk",
     "segment_dv",
+    "walk_bwd",
 )
 DELTA_KERNELS = (
     "delta_prepare",
@@ -87,6 +94,7 @@ WIDEST = {
     "segment_dq": (64, 32, 16),
     "segment_dk": (64, 32, 16),
     "segment_dv": (64, 32, 16),
+    "walk_bwd": (64, 32, 16),
     "delta_prepare": (16, 16, 16),
     "delta_states": (16, 32, 16),
     "delta_output": (64, 64, 16),
@@ -96,8 +104,10 @@ WIDEST = {
     "delta_wy": (16, 16, 16),
 }
 ONE_STAGE = {"delta_prepare"}
+ONE_STAGE_BELOW_SM90 = {"walk_bwd"}  # whose registers, at 8 warps, still spill with two
 THREE_STAGES = {"delta_states", "delta_states_bwd"}  # on sm_90
 TWO_WARPS = {"delta_prepare"}  # its triangular substitution: fewer warps, more programs
+EIGHT_WARPS = {"walk_bwd"}  # its three walks' pointers and operands spill from 4 warps
 
 # Register budgets (ptxas' `maxnreg`, per thread) for the configurations in which ptxas, left to
 # itself, squeezes a kernel into the registers of one more program per multiprocessor and spills a
@@ -152,6 +162,8 @@ REGISTER_BUDGETS = {
     ("segment_sums", 89, "float32", 128, 32): 136,
     ("segment_sums_bwd", 80, "bfloat16", 64, 16): 160,
     ("segment_sums_bwd", 80, "bfloat16", 128, 16): 160,
+    ("segment_sums_bwd", 80, "float16", 64, 16): 176,
+    ("segment_sums_bwd", 80, "float16", 128, 16): 176,
     ("segment_sums_bwd", 80, "float16", 128, 128): 224,
 }
 
@@ -198,7 +210,8 @@ def tiles(kernel, arch, d_k, d_v, dtype):
     """
     widest = WIDEST[kernel][2 if dtype == torch.float32 else 0 if arch == 90 else 1]
     block_k, block_v = min(d_k, widest), min(d_v, widest)
-    stages = 1 if kernel in ONE_STAGE else 3 if arch == 90 and kernel in THREE_STAGES else 2
+    one = kernel in ONE_STAGE or (arch != 90 and kernel in ONE_STAGE_BELOW_SM90)
+    stages = 1 if one else 3 if arch == 90 and kernel in THREE_STAGES else 2
     budget = REGISTER_BUDGETS.get((kernel, arch, str(dtype).removeprefix("torch."), d_k, d_v))
-    warps = 2 if kernel in TWO_WARPS else 4
+    warps = 2 if kernel in TWO_WARPS else 8 if kernel in EIGHT_WARPS else 4
     return Tile(block_k, block_v, warps, stages, max_registers=budget)

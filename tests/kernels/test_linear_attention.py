@@ -112,8 +112,18 @@ def test_outputs_and_gradients_match_reference(batch, n, d, d_v, normalize):
     check_against_reference(*qkv, normalize=normalize, rtol=RTOL_FLOAT32, eps=one_token_eps(n))
 
 
+@pytest.fixture(params=["one walk", "segments"])
+def walks(request, monkeypatch):
+    """Both ways through the kernels: a short sequence walked in one segment (the default up to
+    ONE_WALK_CHUNKS chunks), and cut into segments of one chunk (the path of long sequences)."""
+    if request.param == "segments":
+        for module in (forward, backward):
+            monkeypatch.setattr(module, "segment_length", lambda *args: 1)
+    return request.param
+
+
 @pytest.mark.interpreter
-@pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
+@pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot", "walks")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize(("n", "d", "d_v"), [(200, 64, 32), (77, 16, 128)])
@@ -123,6 +133,7 @@ def test_16_bit_operands(arch, n, d, d_v, normalize, dtype):
 
 
 @pytest.mark.interpreter
+@pytest.mark.usefixtures("walks")
 def test_float16_states_and_denominators_stay_in_range():
     """Features and values of 30 on 512 tokens: the sums Σ k_jᵀ v_j pass float16's largest
     number (65504) after 2 of the 8 chunks, and ρ_i falls to 1e-7, below its smallest normal
@@ -180,15 +191,21 @@ def test_segment_sums_add_up_each_segments_tokens():
 
 @pytest.mark.parametrize(
     ("chunks", "programs", "expected"),
-    [(1024, 16, 32), (1024, 528, 1024), (1024, 2000, 1024), (10, 16, 1), (4096, 1, 64)],
+    [
+        (1024, 16, 32),
+        (1024, 528, 1024),
+        (1024, 2000, 1024),
+        (17, 16, 1),
+        (4096, 1, 64),
+        (16, 16, 16),
+        (3, 2000, 3),
+    ],
 )
-def test_segment_length_gives_the_gpu_four_programs_per_multiprocessor(
-    monkeypatch, chunks, programs, expected
-):
+def test_segment_length_gives_the_gpu_four_programs_per_multiprocessor(chunks, programs, expected):
     """132 multiprocessors want 528 programs: with 16 a segment, 33 segments of 32 chunks (the
-    last one short); never more segments than chunks, nor more than MAX_SEGMENTS = 64."""
-    monkeypatch.setattr(forward, "multiprocessors", lambda device: 132)
-    assert segment_length(chunks, programs, torch.device("cuda")) == expected
+    last one short); never more segments than chunks, nor more than MAX_SEGMENTS = 64; and a
+    sequence of at most ONE_WALK_CHUNKS = 16 chunks is one segment, whatever the programs."""
+    assert segment_length(chunks, programs, 132) == expected
 
 
 @pytest.mark.interpreter
@@ -388,15 +405,16 @@ def test_gpu_strided_bfloat16_inputs():
 @pytest.mark.parametrize(("normalize", "segment"), [(True, 2), (False, 1), (True, None)])
 def test_initial_and_final_states(monkeypatch, normalize, segment, dtype):
     """From an initial state (S_0, z_0) to the final state, over 5 chunks in segments of 1, 2 or
-    the default: outputs, the final state and the gradients of all five inputs from a loss on
-    both outputs, against the chunked form in float64."""
+    the default (one walk): outputs, the final state and the gradients of all five inputs from a
+    loss on both outputs, against the chunked form in float64; float32's tiles of 16 split the
+    state into 2 × 2 tiles."""
     if segment is not None:
         for module in (forward, backward):
             monkeypatch.setattr(module, "segment_length", lambda *args: segment)
     generator = torch.Generator().manual_seed(7)
-    phi_q, phi_k, v = random_qkv(1, 2, n=300, d=16, d_v=32, dtype=dtype, positive=True, seed=6)
-    s0 = torch.randn(1, 2, 32, 16, generator=generator).to(dtype)
-    z0 = torch.rand(1, 2, 16, generator=generator).to(dtype) if normalize else None
+    phi_q, phi_k, v = random_qkv(1, 2, n=300, d=32, d_v=32, dtype=dtype, positive=True, seed=6)
+    s0 = torch.randn(1, 2, 32, 32, generator=generator).to(dtype)
+    z0 = torch.rand(1, 2, 32, generator=generator).to(dtype) if normalize else None
     inputs = [x for x in (phi_q, phi_k, v, s0, z0) if x is not None]
     outputs = [x for x in (v, s0, z0) if x is not None]  # the shapes of o, S and z
     grads = [torch.randn(x.shape, generator=generator).to(dtype) for x in outputs]

@@ -1,4 +1,4 @@
-"""The backward pass of causal linear attention in three Triton kernels, and their launcher.
+"""The backward pass of causal linear attention in Triton kernels, and their launcher.
 
 Given the output gradient g_i = ∂L/∂o_i, with r_i the forward's reciprocal denominators and
 a_i = −g_i·o_i (book: the denominator is the numerator of a ones column), the chain rule gives,
@@ -21,6 +21,17 @@ cut into segments of L chunks:
    those after (all of them, and the final state's gradient, less those before), losing each
    chunk before its use (dk, dv). The initial state's gradient is D and y before the first
    token: the last row of their prefix sums.
+
+The per-chunk formulas are `@triton.jit` functions (`chunk_dq`, `chunk_dk`, `chunk_dv`, and
+`backward_state`, `backward_vector` for one chunk's share of D and y) that the segment kernels
+share with `walk_bwd_kernel`, which takes a sequence of one segment (at most ONE_WALK_CHUNKS
+chunks, `forward.py`) in one launch and no sums: its programs walk forward for dq from the
+initial state, then back for dk and again for dv, D and y starting from the final state's
+gradient and gaining each chunk after its use, so that they end as the initial state's gradient.
+The host's work of a pass over 1024 tokens is then two launches (`tools.launches.host_work`).
+
+The launcher computes g·o = −a with one product and one sum of torch (g in the inputs' dtype
+times the float32 o computes in float32); the kernels negate it as they load it.
 
 dq and dk sum over the values, dv over the features: with several value tiles (feature tiles for
 dv) each program writes its share in float32, and the launcher adds the shares up (as in the
@@ -47,8 +58,14 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot
-from linattn_core.kernels.linear_attention.forward import dot_state, initial_state, segment_length
+from linattn_core.kernels.common import dot, multiprocessors
+from linattn_core.kernels.linear_attention.forward import (
+    dot_state,
+    initial_state,
+    segment_length,
+    state_tile,
+    store_state,
+)
 from linattn_core.kernels.tiles import tiles
 
 
@@ -69,6 +86,73 @@ def chunk_scores(b_do, b_v, b_a, causal, NORMALIZE: tl.constexpr):
     return tl.where(causal, b_m, 0.0)
 
 
+@triton.jit
+def load_chunk(x, i_bh, o_t, m_t, o_c, N, W: tl.constexpr):
+    """Rows o_t (masked by m_t) and columns o_c of a `(B, H, N, W)` tensor: a [C, len(o_c)] tile."""
+    return tl.load(x + (i_bh * N + o_t[:, None]) * W + o_c[None, :], mask=m_t[:, None], other=0.0)
+
+
+@triton.jit
+def load_rows(x, i_bh, o_t, m_t, N):
+    """Rows o_t (masked by m_t) of a `(B, H, N)` vector (r, g·o)."""
+    return tl.load(x + i_bh * N + o_t, mask=m_t, other=0.0)
+
+
+@triton.jit
+def backward_state(b_q, b_do, b_r, NORMALIZE: tl.constexpr):
+    """One chunk's Σ r_i q_iᵀ g_i `(BK, BV)`, the backward state D's share of it, in float32."""
+    if NORMALIZE:
+        b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
+        b_dd = m * dot(tl.trans(b_qr), b_do, None)
+    else:
+        b_dd = dot(tl.trans(b_q), b_do, None)
+    return b_dd
+
+
+@triton.jit
+def backward_vector(b_q, b_r, b_a):
+    """One chunk's Σ r_i a_i q_i `(BK,)`, the backward vector y's share of it, in float32."""
+    return tl.sum(b_q.to(tl.float32) * (b_r * b_a)[:, None], axis=0)
+
+
+@triton.jit
+def chunk_dq(b_k, b_v, b_do, b_a, b_r, b_h, b_z, causal, NORMALIZE: tl.constexpr):
+    """dq = r (g S_tᵀ + a z_tᵀ + M k) for one chunk, from the forward state S_t, z_t before it
+    (this program's share, over its values)."""
+    b_m = chunk_scores(b_do, b_v, b_a, causal, NORMALIZE)
+    b_dq = dot_state(b_do, tl.trans(b_h), NORMALIZE)  # g S_tᵀ, which a z_tᵀ cancels
+    b_dq = dot(b_m.to(b_k.dtype), b_k, b_dq)
+    if NORMALIZE:
+        b_dq = (b_dq + b_a[:, None] * b_z[None, :]) * b_r[:, None]
+    return b_dq
+
+
+@triton.jit
+def chunk_dk(b_q, b_v, b_do, b_a, b_r, b_d, b_y, causal, NORMALIZE: tl.constexpr):
+    """dk = v D_tᵀ + y_t + (r M)ᵀ q for one chunk, from the backward state D_t, y_t after it
+    (this program's share, over its values)."""
+    if NORMALIZE:
+        b_mr, m = scaled_rows(chunk_scores(b_do, b_v, b_a, causal, NORMALIZE), b_r, b_q.dtype)
+        b_dk = m * dot(tl.trans(b_mr), b_q, None) + b_y[None, :]
+    else:
+        b_m = chunk_scores(b_do, b_v, None, causal, NORMALIZE)
+        b_dk = dot(tl.trans(b_m).to(b_q.dtype), b_q, None)
+    return b_dk + dot_state(b_v, tl.trans(b_d), NORMALIZE)  # v D_tᵀ, which y_t cancels
+
+
+@triton.jit
+def chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE: tl.constexpr):
+    """dv_j = k_j D_t + Σ_{j ≤ i in the chunk} r_i (q_i·k_j) g_i for one chunk, from the backward
+    state D_t after it (this program's share, over its features)."""
+    b_s = tl.where(after, dot(b_k, tl.trans(b_q), None), 0.0)  # [j, i]: k_j·q_i
+    if NORMALIZE:
+        m = tl.maximum(tl.max(tl.abs(b_r)), 1e-30)  # r / m as the 16-bit operand, as in scaled_rows
+        b_dv = m * dot((b_s * (b_r / m)[None, :]).to(b_do.dtype), b_do, None)
+    else:
+        b_dv = dot(b_s.to(b_do.dtype), b_do, None)
+    return b_dv + dot_state(b_k, b_d, False)  # k_j D_t
+
+
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_sums_bwd_kernel(
     q,  # [B, H, N, K]
@@ -76,7 +160,7 @@ def segment_sums_bwd_kernel(
     v,  # [B, H, N, V]
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
-    a,  # [B, H, N] float32 a_i = −g_i·o_i, read when NORMALIZE
+    go,  # [B, H, N] float32 g_i·o_i, read when NORMALIZE: a_i = −g_i·o_i
     h0,  # [B, H, V, K] S_0 or None, as in the forward pass
     z0,  # [B, H, K] z_0 or None
     hs,  # [B, H, NS + 1, K, V] float32 written: S_0, then Σ k_jᵀ v_j over each segment
@@ -117,12 +201,11 @@ def segment_sums_bwd_kernel(
         b_do = tl.load(do + rows_v, mask=m_t[:, None], other=0.0)
         b_h = dot(b_k, tl.load(v + rows_v, mask=m_t[:, None], other=0.0), b_h)
         if NORMALIZE:
-            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
-            b_a = tl.load(a + i_bh * N + o_t, mask=m_t, other=0.0)
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+            b_a = -load_rows(go, i_bh, o_t, m_t, N)
             b_z += tl.sum(b_k.to(tl.float32), axis=1)
-            b_y += tl.sum(b_q.to(tl.float32) * (b_r * b_a)[:, None], axis=0)
-            b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
-            b_d += m * dot(tl.trans(b_qr), b_do, None)
+            b_y += backward_vector(b_q, b_r, b_a)
+            b_d += backward_state(b_q, b_do, b_r, NORMALIZE)
         else:
             b_d = dot(tl.trans(b_q), b_do, b_d)
     row = i_bh * (NS + 1) + i_s + 1
@@ -144,7 +227,7 @@ def segment_dq_kernel(
     v,  # [B, H, N, V]
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
-    a,  # [B, H, N] float32 a_i, read when NORMALIZE
+    go,  # [B, H, N] float32 g_i·o_i = −a_i, read when NORMALIZE
     hs,  # [B, H, NS + 1, K, V] float32 row s: the state before segment s (prefix sums)
     zs,  # [B, H, NS + 1, K] float32 z likewise, read when NORMALIZE
     dq,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
@@ -157,9 +240,9 @@ def segment_dq_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """dq = r (g S_tᵀ + a z_tᵀ + M k) over one segment's chunks, in order, for a BK × BV tile of
-    S_t: it starts as the sum of the segments before and gains each chunk after its use. The
-    terms in a belong to the first value tile's share."""
+    """`chunk_dq` over one segment's chunks, in order, for a BK × BV tile of S_t: it starts as
+    the sum of the segments before and gains each chunk after its use. The terms in a belong to
+    the first value tile's share."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
@@ -175,21 +258,15 @@ def segment_dq_kernel(
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
         o_t = i_t * C + tl.arange(0, C)
         m_t = o_t < N
-        rows_v = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
-        b_k = tl.load(
-            k + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
-        )
-        b_v = tl.load(v + rows_v, mask=m_t[:, None], other=0.0)
-        b_do = tl.load(do + rows_v, mask=m_t[:, None], other=0.0)
-        b_a = None
+        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
+        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
+        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+        b_a, b_r = None, None
         if NORMALIZE:  # a, in the first value tile's share only
-            b_a = tl.load(a + i_bh * N + o_t, mask=m_t & (i_v == 0), other=0.0)
-        b_m = chunk_scores(b_do, b_v, b_a, causal, NORMALIZE)
-        b_dq = dot_state(b_do, tl.trans(b_h), NORMALIZE)  # g S_tᵀ, which a z_tᵀ cancels
-        b_dq = dot(b_m.to(b_k.dtype), b_k, b_dq)
+            b_a = -load_rows(go, i_bh, o_t, m_t & (i_v == 0), N)
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+        b_dq = chunk_dq(b_k, b_v, b_do, b_a, b_r, b_h, b_z, causal, NORMALIZE)
         if NORMALIZE:
-            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
-            b_dq = (b_dq + b_a[:, None] * b_z[None, :]) * b_r[:, None]
             b_z += tl.sum(b_k.to(tl.float32), axis=0)
         p_dq = dq + (out * N + o_t[:, None]) * K + o_k[None, :]
         tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_t[:, None])
@@ -202,7 +279,7 @@ def segment_dk_kernel(
     v,  # [B, H, N, V]
     do,  # [B, H, N, V]
     rden,  # [B, H, N] float32 r, read when NORMALIZE
-    a,  # [B, H, N] float32 a_i, read when NORMALIZE
+    go,  # [B, H, N] float32 g_i·o_i = −a_i, read when NORMALIZE
     ds,  # [B, H, NS + 1, K, V] float32 row s: Σ r qᵀg before segment s, row NS: in all and ∂L/∂S_N
     ys,  # [B, H, NS + 1, K] float32 Σ r a q likewise (and ∂L/∂z_N), read when NORMALIZE
     dk,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
@@ -215,9 +292,9 @@ def segment_dk_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """dk = v D_tᵀ + y_t + (r M)ᵀ q over one segment's chunks, in order, for a BK × BV tile of
-    D_t: it starts as the sum of this segment and those after, and loses each chunk before its
-    use. The terms in a and y belong to the first value tile's share."""
+    """`chunk_dk` over one segment's chunks, in order, for a BK × BV tile of D_t: it starts as
+    the sum of this segment and those after, and loses each chunk before its use. The terms in
+    a and y belong to the first value tile's share."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
@@ -236,25 +313,17 @@ def segment_dk_kernel(
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
         o_t = i_t * C + tl.arange(0, C)
         m_t = o_t < N
-        rows_v = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
-        b_q = tl.load(
-            q + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
-        )
-        b_v = tl.load(v + rows_v, mask=m_t[:, None], other=0.0)
-        b_do = tl.load(do + rows_v, mask=m_t[:, None], other=0.0)
-        if NORMALIZE:  # D and y lose this chunk: they become the sums after it
-            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
-            b_a = tl.load(a + i_bh * N + o_t, mask=m_t & (i_v == 0), other=0.0)
-            b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
-            b_d -= m * dot(tl.trans(b_qr), b_do, None)
-            b_y -= tl.sum(b_q.to(tl.float32) * (b_r * b_a)[:, None], axis=0)
-            b_mr, m = scaled_rows(chunk_scores(b_do, b_v, b_a, causal, NORMALIZE), b_r, b_q.dtype)
-            b_dk = m * dot(tl.trans(b_mr), b_q, None) + b_y[None, :]
-        else:
-            b_d -= dot(tl.trans(b_q), b_do, None)
-            b_m = chunk_scores(b_do, b_v, None, causal, NORMALIZE)
-            b_dk = dot(tl.trans(b_m).to(b_q.dtype), b_q, None)
-        b_dk += dot_state(b_v, tl.trans(b_d), NORMALIZE)  # v D_tᵀ, which y_t cancels
+        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
+        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
+        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+        b_a, b_r = None, None
+        if NORMALIZE:
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+            b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
+        b_d -= backward_state(b_q, b_do, b_r, NORMALIZE)  # D, y: now the sums after this chunk
+        if NORMALIZE:
+            b_y -= backward_vector(b_q, b_r, b_a)
+        b_dk = chunk_dk(b_q, b_v, b_do, b_a, b_r, b_d, b_y, causal, NORMALIZE)
         p_dk = dk + (out * N + o_t[:, None]) * K + o_k[None, :]
         tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
 
@@ -276,8 +345,8 @@ def segment_dv_kernel(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """dv_j = k_j D_t + Σ_{j ≤ i in the chunk} r_i (q_i·k_j) g_i over one segment's chunks, in
-    order, for a BK × BV tile of D_t."""
+    """`chunk_dv` over one segment's chunks, in order, for a BK × BV tile of D_t, which starts
+    and loses each chunk as in `segment_dk_kernel`."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
@@ -291,24 +360,110 @@ def segment_dv_kernel(
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
         o_t = i_t * C + tl.arange(0, C)
         m_t = o_t < N
-        rows_k = (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
-        b_k = tl.load(k + rows_k, mask=m_t[:, None], other=0.0)
-        b_q = tl.load(q + rows_k, mask=m_t[:, None], other=0.0)
-        b_do = tl.load(
-            do + (i_bh * N + o_t[:, None]) * V + o_v[None, :], mask=m_t[:, None], other=0.0
-        )
-        b_s = tl.where(after, dot(b_k, tl.trans(b_q), None), 0.0)  # [j, i]: k_j·q_i
+        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
+        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
+        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+        b_r = None
         if NORMALIZE:
-            b_r = tl.load(rden + i_bh * N + o_t, mask=m_t, other=0.0)
-            b_qr, m = scaled_rows(b_q, b_r, b_q.dtype)
-            b_d -= m * dot(tl.trans(b_qr), b_do, None)
-            b_dv = m * dot((b_s * (b_r / m)[None, :]).to(b_do.dtype), b_do, None)
-        else:
-            b_d -= dot(tl.trans(b_q), b_do, None)
-            b_dv = dot(b_s.to(b_do.dtype), b_do, None)
-        b_dv += dot_state(b_k, b_d, False)  # k_j D_t
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+        b_d -= backward_state(b_q, b_do, b_r, NORMALIZE)
+        b_dv = chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE)
         p_dv = dv + (out * N + o_t[:, None]) * V + o_v[None, :]
         tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
+
+
+@triton.jit(do_not_specialize=["N"])
+def walk_bwd_kernel(
+    q,  # [B, H, N, K]
+    k,  # [B, H, N, K]
+    v,  # [B, H, N, V]
+    do,  # [B, H, N, V]
+    rden,  # [B, H, N] float32 r, read when NORMALIZE
+    go,  # [B, H, N] float32 g_i·o_i = −a_i, read when NORMALIZE
+    h0,  # [B, H, V, K] S_0, or None for zeros
+    z0,  # [B, H, K] z_0, or None
+    dhn,  # [B, H, V, K] ∂L/∂S_N, or None for zeros
+    dzn,  # [B, H, K] ∂L/∂z_N, or None
+    dh0,  # [B, H, V, K] float32, written when given: ∂L/∂S_0
+    dz0,  # [B, H, K] float32, written when given and NORMALIZE: ∂L/∂z_0
+    dq,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
+    dk,  # [B, H, N, K] likewise
+    dv,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's share
+    N,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    C: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """The three gradients of a sequence that is one segment, for a BK × BV tile of the states,
+    in one program and three walks: over the chunks in order for dq (`chunk_dq`), S_t starting
+    from S_0 and gaining each chunk after its use; then back for dk (`chunk_dk`), D_t and y_t
+    starting from the final state's gradient and gaining each chunk after its use, so that they
+    end as the initial state's gradient; and back again for dv (`chunk_dv`). Nothing is added up
+    before the walks, and the backward pass is this one launch. (dk and dv in one walk back
+    would hold both products' tiles at once: more than a thread's 255 registers on sm_90.)"""
+    i_kv, i_bh = tl.program_id(0), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
+    NT = tl.cdiv(N, C)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    first = i_v == 0  # a and y belong to the first value tile's shares of dq and dk
+    rows_q, rows_v = i_v * tl.num_programs(2) + i_bh, i_k * tl.num_programs(2) + i_bh
+    causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
+    b_h, b_z = state_tile(h0, z0, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)  # S_t, z_t
+    for i_t in range(0, NT):
+        o_t = i_t * C + tl.arange(0, C)
+        m_t = o_t < N
+        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
+        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
+        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+        b_a, b_r = None, None
+        if NORMALIZE:
+            b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+        b_dq = chunk_dq(b_k, b_v, b_do, b_a, b_r, b_h, b_z, causal, NORMALIZE)
+        if NORMALIZE:
+            b_z += tl.sum(b_k.to(tl.float32), axis=0)
+        p_dq = dq + (rows_q * N + o_t[:, None]) * K + o_k[None, :]
+        tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_t[:, None])
+        b_h = dot(tl.trans(b_k), b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+    b_d, b_y = state_tile(dhn, dzn, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)  # D_t, y_t
+    b_y = tl.where(first, b_y, 0.0)
+    for i_back in range(0, NT):
+        o_t = (NT - 1 - i_back) * C + tl.arange(0, C)
+        m_t = o_t < N
+        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
+        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
+        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+        b_a, b_r = None, None
+        if NORMALIZE:
+            b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+        b_dk = chunk_dk(b_q, b_v, b_do, b_a, b_r, b_d, b_y, causal, NORMALIZE)
+        p_dk = dk + (rows_q * N + o_t[:, None]) * K + o_k[None, :]
+        tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
+        b_d += backward_state(b_q, b_do, b_r, NORMALIZE)  # D_{t−1}: this chunk joins
+        if NORMALIZE:
+            b_y += backward_vector(b_q, b_r, b_a)
+    if dh0 is not None:
+        store_state(dh0, dz0, b_d, b_y, i_bh, o_k, o_v, i_v, K, V)
+    b_d, _ = state_tile(dhn, None, i_bh, o_k, o_v, K, V, BK, BV, False)  # D_t again, for dv
+    after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
+    for i_back in range(0, NT):
+        o_t = (NT - 1 - i_back) * C + tl.arange(0, C)
+        m_t = o_t < N
+        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
+        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
+        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+        b_r = None
+        if NORMALIZE:
+            b_r = load_rows(rden, i_bh, o_t, m_t, N)
+        b_dv = chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE)
+        p_dv = dv + (rows_v * N + o_t[:, None]) * V + o_v[None, :]
+        tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
+        b_d += backward_state(b_q, b_do, b_r, NORMALIZE)
 
 
 def chunk_linear_attention_bwd(
@@ -323,12 +478,14 @@ def chunk_linear_attention_bwd(
     keep_float32) and r, both None without normalization; every tensor contiguous `(B, H, N, ·)`;
     `initial_state` (S_0, z_0) as in the forward pass, or None; `final_state_grad` (∂L/∂S_N,
     ∂L/∂z_N), each in the shape of S_0, z_0 with any strides or None, or None; `arch` selects
-    the tiles (`tiles.py`); `segment` chunks per segment (default `segment_length`).
+    the tiles (`tiles.py`); `segment` chunks per segment (default `segment_length`: a sequence
+    of at most ONE_WALK_CHUNKS chunks is one segment, whose gradients `walk_bwd_kernel`
+    computes in one launch).
 
     The final state S_N = S_0 + Σ_j k_jᵀ v_j is the state after every token, so its gradient
     joins the backward state D (and y) after the last chunk: it is added to the last row of the
-    prefix sums, which every walk of dk and dv starts from, and ∂L/∂S_0 is that row: D before
-    the first token.
+    prefix sums, which every walk of dk and dv starts from (or starts the walk back of one
+    segment), and ∂L/∂S_0 is D before the first token.
     """
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
@@ -336,26 +493,44 @@ def chunk_linear_attention_bwd(
     n_chunks = triton.cdiv(n, chunk_size)
     tile = tiles("segment_dq", arch, d_k, d_v, v.dtype)
     programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
-    segment = segment or segment_length(n_chunks, programs, v.device)
+    segment = segment or segment_length(n_chunks, programs, multiprocessors(v.device))
     n_segments = triton.cdiv(n_chunks, segment)
-    a = -(do.float() * o.float()).sum(dim=-1) if normalize else None  # (B, H, N)
+    go = (do * o).sum(dim=-1) if normalize else None  # g·o = −a (B, H, N), float32 as o
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
-    def launch(kernel, name, *args, shares_of=None):
-        """kernel[grid](*args, sizes…) with the tile of `name`, a program per state tile, segment
-        and head; with `shares_of` (a gradient whose sum runs over several of the kernel's value
-        tiles, or feature tiles for dv), each tile's share in float32, added up here."""
+    def launch(kernel, name, *args, outputs=(), sizes=(n, segment)):
+        """kernel[grid](*args, *outputs, *sizes, …) with the tile of `name`, a program per state
+        tile, segment and head. `outputs`: (gradient, "k" or "v"), a gradient whose sum runs over
+        the kernel's feature ("k") or value ("v") tiles; where there are several, each tile
+        writes its share in float32, and the shares are added up here."""
         tile = tiles(name, arch, d_k, d_v, v.dtype)
         tiles_k, tiles_v = d_k // tile.block_k, d_v // tile.block_v
-        shares = tiles_k if name == "segment_dv" else tiles_v
-        out = shares_of
-        if shares_of is not None and shares > 1:
-            out = shares_of.new_empty(shares, *shares_of.shape, dtype=torch.float32)
+        written = []
+        for grad, over in outputs:
+            shares = tiles_k if over == "k" else tiles_v
+            shape = (shares, *grad.shape)
+            written.append(grad if shares == 1 else grad.new_empty(shape, dtype=torch.float32))
         kernel[(tiles_k * tiles_v, n_segments, batch * heads)](
-            *args, *(() if out is None else (out,)), n, segment, d_k, d_v, chunk_size,
-            NORMALIZE=normalize, **tile.launch_options,
+            *args, *written, *sizes, d_k, d_v, chunk_size, NORMALIZE=normalize,
+            **tile.launch_options,
         )  # fmt: skip
-        if out is not shares_of:
-            shares_of.copy_(out.sum(dim=0))
+        for (grad, _), out in zip(outputs, written, strict=True):
+            if out is not grad:
+                grad.copy_(out.sum(dim=0))
+
+    h0, z0 = initial_state or (None, None)
+    d_final, y_final = final_state_grad or (None, None)
+    if n_segments == 1:  # one walk there and back: no sums
+        dh0 = dz0 = None
+        if initial_state_grad:
+            dh0 = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
+            dz0 = q.new_empty(batch, heads, d_k, dtype=torch.float32) if normalize else None
+        d_final, y_final = (None if g is None else g.contiguous() for g in (d_final, y_final))
+        launch(
+            walk_bwd_kernel, "walk_bwd", q, k, v, do, rden, go, h0, z0, d_final, y_final, dh0,
+            dz0, outputs=((dq, "v"), (dk, "v"), (dv, "k")), sizes=(n,),
+        )  # fmt: skip
+        return dq, dk, dv, (dh0, dz0) if initial_state_grad else None
 
     rows = n_segments + 1  # the initial state, then each segment's sums
     hs, ds = (q.new_empty(batch, heads, rows, d_k, d_v, dtype=torch.float32) for _ in "hd")
@@ -364,21 +539,17 @@ def chunk_linear_attention_bwd(
         if normalize
         else (None, None)
     )
-    h0, z0 = initial_state or (None, None)
     sums = (hs, zs, ds, ys)
-    launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, a, h0, z0, *sums)
+    launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, go, h0, z0, *sums)
     for prefix in sums if normalize else (hs, ds):
         prefix.cumsum_(dim=2)  # row s: the sums before segment s
-    if final_state_grad is not None:
-        d_final, y_final = final_state_grad
-        if d_final is not None:
-            ds[:, :, -1] += d_final.mT
-        if normalize and y_final is not None:
-            ys[:, :, -1] += y_final
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    launch(segment_dq_kernel, "segment_dq", k, v, do, rden, a, hs, zs, shares_of=dq)
-    launch(segment_dk_kernel, "segment_dk", q, v, do, rden, a, ds, ys, shares_of=dk)
-    launch(segment_dv_kernel, "segment_dv", q, k, do, rden, ds, shares_of=dv)
+    if d_final is not None:
+        ds[:, :, -1] += d_final.mT
+    if normalize and y_final is not None:
+        ys[:, :, -1] += y_final
+    launch(segment_dq_kernel, "segment_dq", k, v, do, rden, go, hs, zs, outputs=((dq, "v"),))
+    launch(segment_dk_kernel, "segment_dk", q, v, do, rden, go, ds, ys, outputs=((dk, "v"),))
+    launch(segment_dv_kernel, "segment_dv", q, k, do, rden, ds, outputs=((dv, "k"),))
     if not initial_state_grad:
         return dq, dk, dv, None
     return dq, dk, dv, (ds[:, :, -1].mT, ys[:, :, -1] if normalize else None)

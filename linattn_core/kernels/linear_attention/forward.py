@@ -24,6 +24,11 @@ that the segments of all heads fill the GPU (`segment_length`). (flash-linear-at
 every chunk's state from one long walk, `chunk_fwd_kernel_h`, and reads it back in
 `chunk_fwd_kernel_o`.)
 
+A short sequence is one segment (`ONE_WALK_CHUNKS`): then there is nothing to add up before the
+walk, which starts from (S_0, z_0) itself and ends with the final state, and the pass is one
+launch. Its time is the host's: each launch costs the host about 29 µs (measured on an H200's
+host, `figures/gpu/*/host.json`), more than a walk of 16 chunks takes the GPU (19 µs).
+
 Precision: the matrix products take 16-bit inputs as they are, on their own tensor cores, and
 float32 inputs as three TF32 products (`dot`); all accumulate in float32, and the states stay
 float32 in registers. A state enters a product as a 16-bit operand: for float16, whose range
@@ -40,8 +45,9 @@ import triton.language as tl
 from linattn_core.kernels.common import dot, multiprocessors
 from linattn_core.kernels.tiles import tiles
 
-MAX_SEGMENTS = 64  # a program adds up to this many segment sums before its walk
+MAX_SEGMENTS = 64  # at most this many segments (rows of prefix sums) a head
 PROGRAMS_PER_SM = 4  # programs the segments should give each multiprocessor
+ONE_WALK_CHUNKS = 16  # sequences of at most this many chunks are walked in one segment
 
 
 @triton.jit
@@ -106,6 +112,42 @@ def segment_sums_kernel(
 
 
 @triton.jit
+def state_tile(
+    h,
+    z,
+    i_bh,
+    o_k,
+    o_v,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    NORMALIZE: tl.constexpr,
+):
+    """A program's tile of a state given as S `(B, H, V, K)` and z `(B, H, K)` in any float dtype
+    (the initial state, or the final state's gradient), in the kernels' orientation, Σ kᵀv
+    `(BK, BV)`, and in float32; zeros where h, z are None (z also without NORMALIZE)."""
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if h is not None:  # S is (V, K): read transposed
+        b_h += tl.load(h + (i_bh * V + o_v[None, :]) * K + o_k[:, None]).to(tl.float32)
+    b_z = tl.zeros([BK], dtype=tl.float32)
+    if NORMALIZE:
+        if z is not None:
+            b_z += tl.load(z + i_bh * K + o_k).to(tl.float32)
+    return b_h, b_z
+
+
+@triton.jit
+def store_state(h, z, b_h, b_z, i_bh, o_k, o_v, i_v, K: tl.constexpr, V: tl.constexpr):
+    """Write a program's float32 state tile into S `(B, H, V, K)` (transposed back) and its z
+    into `(B, H, K)` (by the first value tile; not when z is None)."""
+    tl.store(h + (i_bh * V + o_v[None, :]) * K + o_k[:, None], b_h)
+    if z is not None:
+        if i_v == 0:
+            tl.store(z + i_bh * K + o_k, b_z)
+
+
+@triton.jit
 def initial_state(
     h0,
     z0,
@@ -122,17 +164,11 @@ def initial_state(
     BV: tl.constexpr,
     NORMALIZE: tl.constexpr,
 ):
-    """Row `row` of hs and zs: S_0 in the kernels' orientation, Σ kᵀv `(K, V)`, and z_0, in
-    float32; zeros where h0, z0 are None."""
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    if h0 is not None:  # S_0 is (V, K): read transposed
-        b_h += tl.load(h0 + (i_bh * V + o_v[None, :]) * K + o_k[:, None]).to(tl.float32)
+    """Row `row` of hs and zs: S_0 and z_0 as `state_tile` reads them."""
+    b_h, b_z = state_tile(h0, z0, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)
     tl.store(hs + (row * K + o_k[:, None]) * V + o_v[None, :], b_h)
     if NORMALIZE:
         if i_v == 0:
-            b_z = tl.zeros([BK], dtype=tl.float32)
-            if z0 is not None:
-                b_z += tl.load(z0 + i_bh * K + o_k).to(tl.float32)
             tl.store(zs + row * K + o_k, b_z)
 
 
@@ -141,8 +177,12 @@ def segment_output_kernel(
     q,  # [B, H, N, K]
     k,  # [B, H, N, K]
     v,  # [B, H, N, V]
-    hs,  # [B, H, NS + 1, K, V] float32 row s: the state before segment s (prefix sums)
-    zs,  # [B, H, NS + 1, K] float32 z likewise, read when NORMALIZE
+    hs,  # [B, H, NS + 1, K, V] float32 row s: the state before segment s (prefix sums), or None
+    zs,  # [B, H, NS + 1, K] float32 z likewise, read when NORMALIZE, or None
+    h0,  # [B, H, V, K] S_0 where hs is None (one segment), or None for zeros
+    z0,  # [B, H, K] z_0 likewise
+    hn,  # [B, H, V, K] float32, written when given (one segment): the final state S_N
+    zn,  # [B, H, K] float32, written when given and NORMALIZE: z_N
     o,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's numerator
     o32,  # [B, H, N, V] float32 written when given (one feature tile): o before its rounding
     rden,  # [B, H, N] float32 r, or [K/BK, B, H, N]: each feature tile's denominator
@@ -157,20 +197,23 @@ def segment_output_kernel(
     NORMALIZE: tl.constexpr,
 ):
     """o_i = r_i (q_i S_t + Σ_{tC ≤ j ≤ i} (q_i·k_j) v_j) over one segment's chunks, in order,
-    for a BK × BV tile of the state: S_t starts as the sum of the segments before and gains
-    k_tᵀ v_t after each chunk. With one feature tile (K = BK) the program writes o and r; with
-    several, each writes its share of the numerator and of the denominator (sums over its
-    features), which the launcher adds up."""
+    for a BK × BV tile of the state: S_t starts as the sum of the segments before (or as S_0,
+    when the sequence is one segment) and gains k_tᵀ v_t after each chunk. With one feature
+    tile (K = BK) the program writes o and r; with several, each writes its share of the
+    numerator and of the denominator (sums over its features), which the launcher adds up."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
     NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    row = i_bh * (NS + 1) + i_s  # the state before this segment (prefix sums, by the launcher)
-    b_h = tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])  # S_t, this program's tile
-    b_z = tl.zeros([BK], dtype=tl.float32)  # z_t, this program's features
-    if NORMALIZE:
-        b_z += tl.load(zs + row * K + o_k)
+    if hs is not None:  # the state before this segment (prefix sums, by the launcher)
+        row = i_bh * (NS + 1) + i_s
+        b_h = tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])  # S_t, this tile
+        b_z = tl.zeros([BK], dtype=tl.float32)  # z_t, this program's features
+        if NORMALIZE:
+            b_z += tl.load(zs + row * K + o_k)
+    else:
+        b_h, b_z = state_tile(h0, z0, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)
     out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of o and rden
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
@@ -198,17 +241,24 @@ def segment_output_kernel(
         if o32 is not None:
             tl.store(o32 + rows, b_o, mask=m_t[:, None])
         b_h = dot(b_k, b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+    if hn is not None:
+        store_state(hn, zn, b_h, b_z, i_bh, o_k, o_v, i_v, K, V)
 
 
-def segment_length(n_chunks, programs_per_segment, device):
-    """Chunks per segment L: the fewest that still give each multiprocessor of the GPU about
-    PROGRAMS_PER_SM programs (`programs_per_segment` programs run for each segment), and at most
-    MAX_SEGMENTS segments.
+def segment_length(n_chunks, programs_per_segment, multiprocessor_count):
+    """Chunks per segment L: all of them for a sequence of at most ONE_WALK_CHUNKS chunks (one
+    walk, one launch a pass); otherwise the fewest that still give each of the GPU's
+    `multiprocessor_count` multiprocessors about PROGRAMS_PER_SM programs
+    (`programs_per_segment` programs run for each segment), and at most MAX_SEGMENTS segments.
 
-    >>> segment_length(1024, 16, torch.device("cpu"))  # 4 "multiprocessors" on the CPU
-    1024
+    >>> segment_length(1024, 16, 132)  # an H100, 16 heads of one tile: 33 segments of 32 chunks
+    32
+    >>> segment_length(16, 16, 132)  # 1024 tokens: one walk
+    16
     """
-    wanted = -(-PROGRAMS_PER_SM * multiprocessors(device) // programs_per_segment)
+    if n_chunks <= ONE_WALK_CHUNKS:
+        return max(n_chunks, 1)
+    wanted = -(-PROGRAMS_PER_SM * multiprocessor_count // programs_per_segment)
     segments = max(1, min(wanted, MAX_SEGMENTS, n_chunks))
     return -(-n_chunks // segments)
 
@@ -249,13 +299,23 @@ def chunk_linear_attention_fwd(
     tile = tiles("segment_output", arch, d_k, d_v, v.dtype)
     n_chunks = triton.cdiv(n, chunk_size)
     split, programs = d_k // tile.block_k, batch * heads * d_k * d_v // tile.block_k // tile.block_v
-    segment = segment or segment_length(n_chunks, programs, v.device)
-    hs, zs = segment_sums(
-        k, v, initial_state, normalize=normalize, chunk_size=chunk_size, segment=segment, arch=arch
-    )
-    for sums in (hs, zs) if normalize else (hs,):
-        sums.cumsum_(dim=2)  # row s: the state before segment s; the last row: the final state
-    final = (hs[:, :, -1].mT, zs[:, :, -1] if normalize else None) if final_state else None
+    segment = segment or segment_length(n_chunks, programs, multiprocessors(v.device))
+    h0, z0 = initial_state or (None, None)
+    if segment >= n_chunks:  # one walk from (S_0, z_0), which writes the final state
+        hs = zs = hn = zn = None
+        if final_state:
+            hn = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
+            zn = q.new_empty(batch, heads, d_k, dtype=torch.float32) if normalize else None
+        final = (hn, zn) if final_state else None
+    else:
+        hs, zs = segment_sums(
+            k, v, initial_state, normalize=normalize, chunk_size=chunk_size, segment=segment,
+            arch=arch,
+        )  # fmt: skip
+        for sums in (hs, zs) if normalize else (hs,):
+            sums.cumsum_(dim=2)  # row s: the state before segment s; the last: the final state
+        h0 = z0 = hn = zn = None  # S_0, z_0 are row 0
+        final = (hs[:, :, -1].mT, zs[:, :, -1] if normalize else None) if final_state else None
     o32 = None
     if split == 1:
         o = torch.empty_like(v)
@@ -267,7 +327,7 @@ def chunk_linear_attention_fwd(
         rden = q.new_empty(split, batch, heads, n, dtype=torch.float32) if normalize else None
     grid = (split * d_v // tile.block_v, triton.cdiv(n_chunks, segment), batch * heads)
     segment_output_kernel[grid](
-        q, k, v, hs, zs, o, o32, rden, n, segment, eps, d_k, d_v, chunk_size,
+        q, k, v, hs, zs, h0, z0, hn, zn, o, o32, rden, n, segment, eps, d_k, d_v, chunk_size,
         NORMALIZE=normalize, **tile.launch_options,
     )  # fmt: skip
     if split == 1:

@@ -143,12 +143,15 @@ def triton_linear_attention(
 
     *batch, n, d = phi_q.shape
     d_v = v.shape[-1]
-    heads = math.prod(batch)  # any leading dimensions become (1, heads)
+    options = (normalize, eps, chunk_size, output_final_state)
+    if len(batch) == 2:  # (B, H, N, ·): the kernels' layout as it is, no views to trace back
+        out, s_n, z_n = CausalLinearAttention.apply(phi_q, phi_k, v, s0, z0, *options)
+        return (out, (s_n, z_n)) if output_final_state else out
+    heads = math.prod(batch)  # other leading dimensions become (1, heads)
     phi_q, phi_k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (phi_q, phi_k, v))
     if s0 is not None:
         s0 = s0.reshape(1, heads, d_v, d)
         z0 = None if z0 is None else z0.reshape(1, heads, d)
-    options = (normalize, eps, chunk_size, output_final_state)
     out, s_n, z_n = CausalLinearAttention.apply(phi_q, phi_k, v, s0, z0, *options)
     out = out.reshape(*batch, n, d_v)
     if not output_final_state:

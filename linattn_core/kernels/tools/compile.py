@@ -367,7 +367,8 @@ def load_report(path):
 
 def report_records(report, arch, d, dtype="bfloat16"):
     """The records of unnormalized causal linear attention at d = d_v on `arch`, one per kernel
-    launch, forward then backward: the configuration that ours and FLA's reports share."""
+    launch, forward then backward, of a sequence in segments (the path of long sequences, where
+    the kernels compete with FLA's): the configuration that ours and FLA's reports share."""
     rows = {}
     for r in report["records"]:
         if (r["arch"], r["dtype"], r["d"], r["d_v"], r.get("normalize")) == (
@@ -376,7 +377,7 @@ def report_records(report, arch, d, dtype="bfloat16"):
             d,
             d,
             False,
-        ):
+        ) and r["pass"] in ("forward", "backward"):
             rows.setdefault((r["pass"], r["kernel"]), r)
     return list(rows.values())
 
@@ -465,7 +466,7 @@ def _provenance(arguments):
     if arguments.peer == "fla":
         origin["peer"] = f"fla-core {importlib.metadata.version('fla-core')}"
         origin["peer_configs"] = {
-            f"{name} (sm_{arch})": repr(config)
+            f"{name} (sm_{arch})": str(config)
             for arch in arguments.arch
             for name, config in (FLA_CONFIGS if arch == 90 else FLA_CONFIGS_SM80).items()
         }

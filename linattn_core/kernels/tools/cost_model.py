@@ -18,7 +18,12 @@ memory, an upper bound on what reaches memory), and FLOPs are those of the matri
     dq, dk, dv       the same pattern over their own inputs; dk and dv read the prefix sum of
                      every segment and the one before theirs, 2·NS − 1 state tiles in all;
 
-plus the float32 vectors of the normalizer (r, a, z, y: 4 bytes a number), the float32 shares
+A sequence of one segment (NS = 1, at most `ONE_WALK_CHUNKS` chunks) skips the sums: the
+forward pass is the output kernel alone, starting from the initial state, and the backward pass
+one kernel (`walk_bwd_kernel`) whose programs walk as the dq, dk and dv kernels do, one after the
+other, from the initial state and the final state's gradient instead of prefix sums.
+
+Plus the float32 vectors of the normalizer (r, a, z, y: 4 bytes a number), the float32 shares
 of a gradient whose sum runs over several tiles (nk > 1 or nv > 1), the second product of a
 16-bit state where normalization makes two terms cancel (`dot_state`), and torch's prefix sums
 and a = −g·o.
@@ -36,7 +41,7 @@ import torch
 import triton
 
 from linattn_core.costs import flop_count, traffic_bytes
-from linattn_core.kernels.linear_attention.forward import MAX_SEGMENTS, PROGRAMS_PER_SM
+from linattn_core.kernels.linear_attention.forward import segment_length
 from linattn_core.kernels.tiles import kernel_chunk, tiles
 
 
@@ -112,9 +117,7 @@ def _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, 
         multiprocessors = multiprocessors or {80: 108, 90: 132}[90 if arch == 90 else 80]
         tile = tiles("segment_output", arch, d, d_v, dtype)
         programs = batch_heads * (d // tile.block_k) * (d_v // tile.block_v)
-        chunks = triton.cdiv(n, chunk_size)
-        wanted = -(-PROGRAMS_PER_SM * multiprocessors // programs)
-        segment = -(-chunks // max(1, min(wanted, MAX_SEGMENTS, chunks)))
+        segment = segment_length(triton.cdiv(n, chunk_size), programs, multiprocessors)
     return _Shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment)
 
 
@@ -133,11 +136,13 @@ def forward_costs(
     keep_float32=False,
 ):
     """The kernels of the forward pass and what each does: [segment sums, their prefix sums
-    (torch), output]. `chunk_size`
-    is the kernels' C; `segment` chunks per segment, or None for `segment_length` on a GPU of
-    `multiprocessors` (the architecture's: 108 on sm_80, 132 on sm_90); `keep_float32` the
-    float32 output the backward pass of normalized attention reads."""
+    (torch), output], or [output] for one segment. `chunk_size` is the kernels' C; `segment`
+    chunks per segment, or None for `segment_length` on a GPU of `multiprocessors` (the
+    architecture's: 108 on sm_80, 132 on sm_90); `keep_float32` the float32 output the backward
+    pass of normalized attention reads."""
     s = _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors)
+    if s.ns == 1:
+        return [_output(s, keep_float32)]
     return [_sums(s), _prefix_sums(s, 1), _output(s, keep_float32)]
 
 
@@ -155,12 +160,14 @@ def backward_costs(
     multiprocessors=None,
 ):
     """The kernels of the backward pass: [a = −g·o in torch (when normalized), segment sums,
-    their prefix sums (torch), dq, dk, dv]."""
+    their prefix sums (torch), dq, dk, dv], or [a, the walk there and back] for one segment."""
     s = _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors)
     costs = []
     if normalize:  # reads g and the float32 o, writes a
         moved = s.bh * s.n * (s.d_v * (s.b + 4) + 4)
         costs.append(KernelCost("a = −g·o (torch)", 2 * s.bh * s.n * s.d_v, moved))
+    if s.ns == 1:
+        return [*costs, _walk_bwd(s)]
     return [*costs, _sums_bwd(s), _prefix_sums(s, 2), _dq(s), _dk(s), _dv(s)]
 
 
@@ -234,6 +241,12 @@ def _prefix_sums(s, states):
     return _per_head("prefix sums (torch)", s, 0, moved)
 
 
+def _starts(s, rows):
+    """Rows of prefix sums that a walk reads before it starts: none for one segment, which
+    starts from the initial state (zeros) or the final state's gradient (zeros)."""
+    return 0 if s.ns == 1 else rows
+
+
 def _sums(s):
     nk, nv = s.tiles("segment_sums")
     rows = s.ns + 1  # the initial state (zeros), then each segment's sums
@@ -244,7 +257,7 @@ def _sums(s):
 
 def _output(s, keep_float32):
     nk, nv = s.tiles("segment_output")
-    moved = 4 * s.ns * (s.d * s.d_v + (s.d * nv if s.normalize else 0))  # each segment's start
+    moved = 4 * _starts(s, s.ns) * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
     moved += s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
     moved += _out_bytes(s, nk) * s.nt * s.c * s.d_v * nk
     if keep_float32 and nk == 1 and s.dtype != torch.float32:
@@ -265,9 +278,9 @@ def _sums_bwd(s):
     return _per_head("segment_sums_bwd_kernel", s, 4 * s.nt * s.c * s.d * s.d_v, moved)
 
 
-def _dq(s):
-    nk, nv = s.tiles("segment_dq")
-    moved = 4 * s.ns * (s.d * s.d_v + (s.d * nv if s.normalize else 0))  # each segment's start
+def _dq(s, kernel="segment_dq"):
+    nk, nv = s.tiles(kernel)
+    moved = 4 * _starts(s, s.ns) * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
     moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
     if s.normalize:  # r per program, a in the first value tile's
         moved += 4 * s.nt * s.c * (nk * nv + nk)
@@ -277,9 +290,9 @@ def _dq(s):
     return _per_head("segment_dq_kernel", s, flops, moved)
 
 
-def _dk(s):
-    nk, nv = s.tiles("segment_dk")
-    after = 2 * s.ns  # prefix sums read before the walks: all segments, less those before
+def _dk(s, kernel="segment_dk"):
+    nk, nv = s.tiles(kernel)
+    after = _starts(s, 2 * s.ns)  # prefix sums read before the walks: all, less those before
     moved = 4 * after * (s.d * s.d_v + (s.d if s.normalize else 0))
     moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
     if s.normalize:
@@ -290,9 +303,9 @@ def _dk(s):
     return _per_head("segment_dk_kernel", s, flops, moved)
 
 
-def _dv(s):
-    nk, nv = s.tiles("segment_dv")
-    after = 2 * s.ns
+def _dv(s, kernel="segment_dv"):
+    nk, nv = s.tiles(kernel)
+    after = _starts(s, 2 * s.ns)
     moved = 4 * after * s.d * s.d_v + s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
     if s.normalize:
         moved += 4 * s.nt * s.c * nk * nv
@@ -300,3 +313,11 @@ def _dv(s):
     c, kv = s.c, s.d * s.d_v
     flops = 2 * s.nt * (c * c * s.d * nv + 2 * c * kv + c * c * s.d_v * nk)
     return _per_head("segment_dv_kernel", s, flops, moved)
+
+
+def _walk_bwd(s):
+    """The three walks of one program (dq, then dk and dv back): the segment kernels' counts for
+    the tiles of `walk_bwd`, without the sums they start from."""
+    walks = (_dq(s, "walk_bwd"), _dk(s, "walk_bwd"), _dv(s, "walk_bwd"))
+    flops, moved = (sum(getattr(w, field) for w in walks) for field in ("flops", "bytes"))
+    return KernelCost("walk_bwd_kernel", flops, moved)

@@ -4,7 +4,8 @@ A launch is recorded, not run: `intercepted_launches` replaces Triton's `JITFunc
 launcher called on small CPU tensors hands over each kernel with the exact arguments and options
 it would launch it with on a GPU (the outputs stay unwritten). `linear_attention_launches` and
 `delta_rule_launches` do this for the package's forward and backward passes, `fla_launches` for
-the peer's; `cases` lists every configuration.
+the peer's; `cases` lists every configuration. `host_work` records what a whole call asks of
+the host besides: its launches and its torch operations.
 """
 
 import collections
@@ -16,7 +17,9 @@ from unittest import mock
 
 import torch
 import triton
+from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner
+from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
@@ -60,32 +63,95 @@ def _launch_from_path(module, name, args, kwargs):
 
 @contextlib.contextmanager
 def intercepted_launches():
-    """Record `kernel[grid](...)` launches instead of running them (no GPU needed)."""
+    """Record `kernel[grid](...)` launches instead of running them (no GPU needed; interpreted
+    kernels too)."""
     launches = []
 
     def record(kernel, *args, grid, warmup, **kwargs):
         launches.append(Launch(kernel, args, kwargs))
 
-    with mock.patch.object(JITFunction, "run", record):
+    with (
+        mock.patch.object(JITFunction, "run", record),
+        mock.patch.object(InterpretedFunction, "run", record),
+    ):
         yield launches
+
+
+# torch operations that copy a tensor's value to the host, so that the host waits for the GPU
+SYNCHRONIZING = {"_local_scalar_dense", "is_nonzero", "nonzero", "equal", "masked_select", "item"}
+ALLOCATING = {"empty", "empty_like", "new_empty", "empty_strided"}
+
+
+@dataclasses.dataclass
+class HostWork:
+    """What a call asks of the host: the Triton kernels it launches, in order, and the torch
+    operations it dispatches ({"aten.sum.dim_IntList": calls, …}), autograd's included, each of
+    one kind: "view" (no kernel, no memory: a reshape, autograd's detach), "allocation" (an
+    uninitialized tensor from the caching allocator), "synchronizing" (a value read on the host,
+    which waits for the GPU) or "computing" (a torch kernel of its own: on a GPU, a launch)."""
+
+    launches: list
+    operations: collections.Counter
+    kinds: dict  # operation → kind
+
+    def of_kind(self, kind):
+        """{operation: calls} of one kind."""
+        return {op: n for op, n in self.operations.items() if self.kinds[op] == kind}
+
+
+def _operation_kind(operation):
+    name = operation.overloadpacket.__name__
+    if name in SYNCHRONIZING:
+        return "synchronizing"
+    if name in ALLOCATING:
+        return "allocation"
+    return "view" if operation.is_view else "computing"
+
+
+class _CountedOperations(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.operations = collections.Counter()
+        self.kinds = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.operations[str(func)] += 1
+        self.kinds[str(func)] = _operation_kind(func)
+        return func(*args, **(kwargs or {}))
+
+
+def host_work(step):
+    """Run `step()` (a forward and backward pass, say) with its kernel launches recorded instead
+    of run and its torch operations counted: a `HostWork`. On CPU tensors, with the kernels of
+    the Triton interpreter or none: the host's work does not depend on the device (the numbers
+    the launches would write are not computed)."""
+    with intercepted_launches() as launches, _CountedOperations() as counted:
+        step()
+    return HostWork([launch.name for launch in launches], counted.operations, counted.kinds)
 
 
 def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     """(pass, Launch) for every kernel that causal linear attention launches, forward and
-    backward, on `arch` for these inputs."""
-    q, k, v, do = (
-        torch.zeros(1, 1, 2 * chunk_size, width, dtype=dtype) for width in (d_k, d_k, d_v, d_v)
-    )
+    backward, on `arch` for these inputs: the passes of a sequence in segments ("forward",
+    "backward"), then those of a sequence walked in one segment ("forward, one walk",
+    "backward, one walk"; `forward.ONE_WALK_CHUNKS`)."""
     options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
-    with intercepted_launches() as forward:
-        _, rden, o, _ = chunk_linear_attention_fwd(
-            q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, **options
-        )
-    with intercepted_launches() as backward:
-        chunk_linear_attention_bwd(q, k, v, o, rden, do, **options)
-    return [("forward", launch) for launch in forward] + [
-        ("backward", launch) for launch in backward
-    ]
+    q, k, v, do = (
+        torch.zeros(1, 1, 2 * options["chunk_size"], width, dtype=dtype)
+        for width in (d_k, d_k, d_v, d_v)
+    )
+    found = []
+    for segment, path in ((1, ""), (2, ", one walk")):  # two chunks: two segments, or one
+        with intercepted_launches() as forward:
+            _, rden, o, _ = chunk_linear_attention_fwd(
+                q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, segment=segment,
+                **options,
+            )  # fmt: skip
+        with intercepted_launches() as backward:
+            chunk_linear_attention_bwd(q, k, v, o, rden, do, segment=segment, **options)
+        found += [(f"forward{path}", launch) for launch in forward]
+        found += [(f"backward{path}", launch) for launch in backward]
+    return found
 
 
 def delta_rule_launches(arch, dtype, d_k, d_v, chunk_size, initial_state):
