@@ -8,9 +8,10 @@ full), in microseconds:
 
 - the unit costs: an empty Triton kernel's launch, `torch.empty`, an empty autograd Function
   (its forward clones, its backward passes the gradient on), forward and backward;
-- ours: `linear_attention(method="triton")` forward, forward and backward (normalized and not),
-  the latter also with autograd's device threads off (`set_multithreading_enabled(False)`:
-  the backward pass then runs on the calling thread), and the launchers alone, without autograd;
+- ours: `linear_attention(method="triton")`, unnormalized as in the benchmark (whose kernels the
+  check has compiled), forward, forward and backward, the latter also with autograd's device
+  threads off (`set_multithreading_enabled(False)`: the backward pass then runs on the calling
+  thread), and the launchers alone, without autograd;
 - SDPA forward and backward, for scale.
 
 Together with `kernels.tools.launches.host_work` (launches and torch operations per call, counted
@@ -80,8 +81,8 @@ def host_costs(device, *, n=1024, heads=16, d=64, dtype=torch.bfloat16, calls=30
         *detached, normalize=False, eps=1e-6, keep_float32=False, **options
     )
 
-    def ours(normalize):
-        return linear_attention(q, k, v, causal=True, normalize=normalize, method="triton")
+    def ours():
+        return linear_attention(q, k, v, causal=True, normalize=False, method="triton")
 
     def sdpa():
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -93,24 +94,19 @@ def host_costs(device, *, n=1024, heads=16, d=64, dtype=torch.bfloat16, calls=30
         "triton_empty_launch": lambda: _empty_kernel[(1,)](x),
         "torch_empty": lambda: torch.empty(16, device=device),
         "identity_function_fwd_bwd": lambda: torch.autograd.grad(_Identity.apply(x), x, x),
-        "ours_fwd": lambda: ours(True),
-        "ours_fwd_bwd": backward(lambda: ours(True)),
-        "ours_unnormalized_fwd_bwd": backward(lambda: ours(False)),
-        "launchers_fwd_unnormalized": lambda: chunk_linear_attention_fwd(
+        "ours_fwd": ours,
+        "ours_fwd_bwd": backward(ours),
+        "launchers_fwd": lambda: chunk_linear_attention_fwd(
             *detached, normalize=False, eps=1e-6, **options
         ),
-        "launchers_bwd_unnormalized": lambda: chunk_linear_attention_bwd(
-            *detached, o32, rden, grad, **options
-        ),
+        "launchers_bwd": lambda: chunk_linear_attention_bwd(*detached, o32, rden, grad, **options),
         "sdpa_fwd_bwd": backward(sdpa),
     }
     count = {"calls": calls, "warmup": warmup}
     costs = {name: per_call_us(step, device, **count) for name, step in steps.items()}
     with torch.autograd.set_multithreading_enabled(False):
-        costs["ours_fwd_bwd_single_thread"] = per_call_us(
-            backward(lambda: ours(True)), device, **count
-        )
-    work = host_work(backward(lambda: ours(True)))
+        costs["ours_fwd_bwd_single_thread"] = per_call_us(backward(ours), device, **count)
+    work = host_work(backward(ours))
     kinds = ("computing", "allocation", "view", "synchronizing")
     costs["ours_fwd_bwd_work"] = {"launches": work.launches} | {
         kind: sum(work.of_kind(kind).values()) for kind in kinds
