@@ -26,7 +26,7 @@ other, from the initial state and the final state's gradient instead of prefix s
 Plus the float32 vectors of the normalizer (r, a, z, y: 4 bytes a number), the float32 shares
 of a gradient whose sum runs over several tiles (nk > 1 or nv > 1), the second product of a
 16-bit state where normalization makes two terms cancel (`dot_state`), and torch's prefix sums
-and a = −g·o.
+and g·o = −a.
 `tests/kernels/test_cost_model.py` checks every count against what the kernels do in the
 Triton interpreter. The roofline time of a kernel is max(FLOPs / P, bytes / β), with P the peak
 rate of its operands' tensor cores (float32 runs as three TF32 products: a third of the TF32
@@ -159,13 +159,13 @@ def backward_costs(
     segment=None,
     multiprocessors=None,
 ):
-    """The kernels of the backward pass: [a = −g·o in torch (when normalized), segment sums,
-    their prefix sums (torch), dq, dk, dv], or [a, the walk there and back] for one segment."""
+    """The kernels of the backward pass: [g·o = −a in torch (when normalized), segment sums,
+    their prefix sums (torch), dq, dk, dv], or [g·o, the walk there and back] for one segment."""
     s = _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors)
     costs = []
-    if normalize:  # reads g and the float32 o, writes a
+    if normalize:  # reads g and the float32 o, writes g·o (the kernels negate it: a)
         moved = s.bh * s.n * (s.d_v * (s.b + 4) + 4)
-        costs.append(KernelCost("a = −g·o (torch)", 2 * s.bh * s.n * s.d_v, moved))
+        costs.append(KernelCost("g·o (torch)", 2 * s.bh * s.n * s.d_v, moved))
     if s.ns == 1:
         return [*costs, _walk_bwd(s)]
     return [*costs, _sums_bwd(s), _prefix_sums(s, 2), _dq(s), _dk(s), _dv(s)]
