@@ -10,14 +10,14 @@ PY     := $(BIN)/python
 HTML   := _build/html
 NB     ?= $(sort $(wildcard chapters/*.ipynb))
 PORT   ?= 8000
-LINTED := linattn_core tests scripts _ext $(wildcard chapters/*.ipynb)
+LINTED := linattn_core tests scripts _ext figures $(wildcard chapters/*.ipynb)
 
-.PHONY: help book serve test lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
+.PHONY: help book serve test check lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
         build-clean browser notebooks \
         macros lab assets venv chromium constraints clean gpu kernels-report peers
 
 help:
-	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
+	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test check lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -108,9 +108,12 @@ gpu-check:
 gpu-check-dry: venv
 	$(PY) -m linattn_core.bench.gpu_check --dry --out _build/gpu-check-dry
 
-# The compile reports of the scaling chapter: every kernel of ours for sm_80, sm_89 and sm_90, and
-# flash-linear-attention's chunked kernels, installed without dependencies into .fla (a peer to
-# compare with, never a dependency of the package). Re-run after changing a kernel or a tile.
+# The compile reports: every kernel of ours for sm_80, sm_89 and sm_90 (the record `make test`
+# checks, which fails until it is re-made after a change to a kernel, a tile, a register budget or
+# Triton), and flash-linear-attention's chunked kernels, installed without dependencies into .fla
+# (a peer to compare with, never a dependency of the package). Compiled results are cached by what
+# decides each binary in ~/.cache/linattn_core/compile, whatever the clone's path: only what
+# changed compiles (the whole matrix cold: 3,744 binaries, about 45 minutes on 2 cores).
 FLA := .fla/.installed
 kernels-report: venv $(FLA)
 	$(PY) -m linattn_core.kernels.compile --arch 80 89 90 --json figures/kernels_compiled.json
@@ -139,15 +142,27 @@ $(PEERS): constraints.txt
 	@touch $@
 
 # --- checks -------------------------------------------------------------------------------
+# Every check CI runs, one step after another, each step's time printed (README, "Two commands").
+TEST_STEPS := lint unit gpu-compile gpu-check-dry nbval nbval-portable book browser
 test: venv assets chromium
-	$(MAKE) --no-print-directory lint unit gpu-compile gpu-check-dry nbval nbval-portable book browser
+	@for step in $(TEST_STEPS); do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$step || { echo "make test: step '$$step' failed"; exit 1; }; \
+	  echo "make test: $$step passed in $$(( $$(date +%s) - start )) s"; \
+	done
+
+# The quick tier, before every commit: lint and the package's fast unit tests (under 2 minutes).
+check: venv
+	@start=$$(date +%s); $(MAKE) --no-print-directory lint unit-fast && \
+	  echo "make check: passed in $$(( $$(date +%s) - start )) s"
 
 lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
+# The package's tests and the book's own (not the browser's), two processes, a test file each.
 unit: venv
-	$(BIN)/pytest -m "not book" --doctest-modules linattn_core tests
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not book" --doctest-modules linattn_core tests
 
 # The inner loop while editing the package: the package's tests but the slow ones, without the
 # book's (tests/book/: chapters, notation, extensions, browser).
@@ -167,12 +182,12 @@ nbval-portable: venv
 browser: venv
 	$(BIN)/pytest -m book tests/book
 
-# Compile every Triton kernel for A100 (sm_80) and H100 (sm_90) on this CPU and fail on a compile
-# error, a register spill, shared memory over the limit or 16-bit products off the tensor cores.
-# Results are cached by kernel source and options in ~/.cache/linattn_core/compile (cold: 23-30
-# minutes on 2 cores, 2,944 binaries).
+# The compile check of `make test`: fails when a record of the committed compile report
+# (figures/kernels_compiled.json, `make kernels-report`) is missing or stale for this checkout's
+# kernels, tiles and Triton, then compiles each kernel once per architecture cold (bfloat16, the
+# widest tiles) and fails unless the results equal the committed records. A few minutes.
 gpu-compile: venv
-	$(PY) -m linattn_core.kernels.compile
+	$(PY) -m linattn_core.kernels.compile --check figures/kernels_compiled.json
 
 clean:
 	rm -rf _build _assets node_modules package-lock.json .pytest_cache .ruff_cache .hypothesis .fla .peers

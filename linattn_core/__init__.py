@@ -13,7 +13,8 @@ Its code is of three kinds, one place each.
   that causal linear attention carries, `LinearAttentionState`, in and out of every method;
 - `LinearSelfAttention`, `SoftmaxSelfAttention` (`modules`): multi-head attention layers;
 - `feature_maps`: the maps φ that turn queries and keys into features for kernel attention;
-- `favor`, `eam`, `delta`: FAVOR+ random features, Efficient Attention, the delta rule;
+- `favor`, `eam`, `delta`: FAVOR+ random features, Efficient Attention, the delta rule
+  (`delta_rule`, also imported here);
 - `decoding`, `kv_cache`, `transformer`: one generated token, what a decoder keeps, a small GPT
   block; `jacobians`: the Jacobians of attention blocks; `costs`: their FLOP, byte and memory
   models and crossover lengths;
@@ -48,6 +49,7 @@ from linattn_core.attention import (
     linear_attention,
     softmax_attention,
 )
+from linattn_core.delta import delta_rule
 from linattn_core.maths import calculus
 from linattn_core.modules import LinearSelfAttention, SoftmaxSelfAttention
 
@@ -60,6 +62,7 @@ __all__ = [
     "__version__",
     "calculus",
     "delta",
+    "delta_rule",
     "eam",
     "favor",
     "feature_maps",

@@ -4,6 +4,7 @@ refuses to run without CUDA."""
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,12 @@ from linattn_core.bench import RECORD_KEYS, complexity, estimate_peak_bytes, slo
 from linattn_core.bench.__main__ import main
 from linattn_core.bench.complexity import powers_of_two
 from linattn_core.bench.fresh import run_fresh
-from linattn_core.bench.memory import SAFETY, memory_budget, resident_peak_growth
+from linattn_core.bench.memory import (
+    MMAP_THRESHOLD,
+    SAFETY,
+    memory_budget,
+    resident_peak_growth,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -365,11 +371,22 @@ def test_run_fresh_returns_the_functions_json_or_its_error():
         run_fresh(memory_budget, device="no such device")
 
 
+@pytest.mark.slow
 def test_resident_peak_growth_sees_a_buffer_touched_and_freed():
+    """In a fresh process with glibc's mmap threshold fixed, as `resident_peak_growth` asks: a
+    long-lived process (pytest's) may reuse memory it already holds, and its high-water mark
+    may not rise."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD))
+    grown, how, result = run_fresh(touched_buffer_growth, env=env, cwd=ROOT, timeout=120)
+    assert result == 1.0 and how in {"VmHWM", "ru_maxrss"}
+    assert grown >= 60 * 2**20
+
+
+def touched_buffer_growth():
+    """`resident_peak_growth` of writing a 64 MiB buffer and freeing it (run by `run_fresh`)."""
+
     def touch():
         buffer = torch.ones(64 * 2**20 // 8, dtype=torch.float64)  # 64 MiB, written
         return float(buffer[-1])
 
-    grown, how, result = resident_peak_growth(touch)
-    assert result == 1.0 and how in {"VmHWM", "ru_maxrss"}
-    assert grown >= 60 * 2**20
+    return resident_peak_growth(touch)

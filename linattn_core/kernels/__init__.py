@@ -9,7 +9,7 @@ Laid out like flash-linear-attention's `ops/`: one folder per operation,
 beside what they share: `common.py` (the matrix product `dot`, `INTERPRETED`, the device, and the
 one rule for the inputs the kernels accept, `check_inputs`) and `tiles.py` (tiles, warps and
 stages per kernel and GPU architecture). `tools/` holds what studies the kernels rather than
-running them: the compile check (`python -m linattn_core.kernels.tools.compile`), the launch
+running them: the compile check (`python -m linattn_core.kernels.compile`), the launch
 recorder it uses, the memory tracer of the interpreter and the cost model.
 
 `linattn_core.linear_attention(..., method="triton")` and `linattn_core.delta_rule(...,

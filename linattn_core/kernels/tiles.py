@@ -4,7 +4,7 @@ A program holds float32 accumulators in registers (a state tile, a C × C block 
 C × BK or C × BV output tiles) and stages its operand tiles in shared memory. Too large a tile
 spills registers to local memory or asks for more shared memory than a multiprocessor has; too
 small a tile wastes the tensor cores and re-reads the inputs once per tile. The entries below were
-chosen with `python -m linattn_core.kernels.tools.compile`, which compiles every kernel for A100
+chosen with `python -m linattn_core.kernels.compile`, which compiles every kernel for A100
 (sm_80) and H100 (sm_90) on a CPU and reports registers, spills, shared memory and occupancy
 (`figures/kernels_compiled.json`): every entry compiles without a spill and within its
 architecture's shared memory, 50 configurations of them with a register budget for ptxas

@@ -1,7 +1,8 @@
 """Compile every Triton kernel of `linear_attention` and `delta_rule` (method="triton") for NVIDIA
 GPUs, on a machine without one, and report what the compiler made of it.
 
-    python -m linattn_core.kernels.tools.compile [--arch 80 90] [--json PATH] [--jobs N]
+    python -m linattn_core.kernels.compile [--arch 80 90] [--json PATH] [--jobs N]
+    python -m linattn_core.kernels.compile --check figures/kernels_compiled.json
 
 Triton's whole pipeline (Triton IR → GPU IR → LLVM → PTX → ptxas → cubin) runs on a CPU. The
 check runs the package's own launchers on small CPU tensors with Triton's launch intercepted,
@@ -20,13 +21,21 @@ for each architecture and reads
 A record's status is "ok" or the reason it fails: a compile error, a spill, shared memory over
 the architecture's limit, or a 16-bit kernel that does not multiply on its own tensor cores
 (no MMA, or TF32 MMA where the kernel is not one of FLOAT32_KERNELS). The command exits with 1
-when any record fails. Compiled results are cached by a hash of the kernel's source and its
-specialization, so a second run takes seconds.
+when any record fails.
+
+Each record carries `inputs`, a hash of everything that decides its binary: the kernel's source
+(with the `@triton.jit` functions it calls), the architecture, Triton's version (and so its
+ptxas), the specialization of the arguments and the launch options (tiles, warps, stages,
+register budgets). Compiled results are cached under that hash, which names no path, so a second
+run, or a second clone on the same machine, takes seconds. `--check REPORT` compiles nothing but
+a sample: it fails when a committed record is missing, extra or stale (its `inputs` differ from
+this checkout's), then compiles `SAMPLE` cold and fails unless each result equals its record.
 """
 
 import argparse
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -66,21 +75,14 @@ DEFAULT_CACHE = (
 
 def compile_launch(launch, arch, cache_dir=None):
     """Compile `launch` for compute capability `arch`: a dict of what the compiler reports."""
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kwargs = dict(launch.kwargs, debug=False)
-    kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
-    binder = create_function_from_signature(launch.kernel.signature, launch.kernel.params, backend)
-    bound, specialization, options = binder(*launch.args, **kwargs)
-    options, signature, constexprs, attrs = launch.kernel._pack_args(
-        backend, kwargs, bound, specialization, options
-    )
-    key = _cache_key(launch.kernel, arch, signature, constexprs, attrs, options)
+    options, signature, constexprs, attrs = _specialized(launch, arch)
+    key = _inputs_hash(launch.kernel, arch, signature, constexprs, attrs, options)
     cached = cache_dir and Path(cache_dir, f"{key}.json")
     if cached and cached.exists():
         return json.loads(cached.read_text())
-    result = {"source_hash": launch.kernel.cache_key[:16]}
+    result = {"source_hash": launch.kernel.cache_key[:16], "inputs": key}
     try:
+        target = GPUTarget("cuda", arch, 32)
         result |= _compile(launch.kernel, target, signature, constexprs, attrs, options)
     except Exception as error:  # a failed compile is a result to report, not a crash
         result["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
@@ -138,7 +140,36 @@ def _mma_opcodes(cubin):
     return counts
 
 
-def _cache_key(kernel, arch, signature, constexprs, attrs, options):
+def _specialized(launch, arch):
+    """(options, signature, constexprs, attrs): Triton's specialization of `launch` for `arch`,
+    exactly as `kernel[grid](...)` would make it."""
+    backend, binder = _binder(launch.kernel, arch)
+    kwargs = dict(launch.kwargs, debug=False)
+    kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
+    bound, specialization, options = binder(*launch.args, **kwargs)
+    return launch.kernel._pack_args(backend, kwargs, bound, specialization, options)
+
+
+@functools.cache
+def _binder(kernel, arch):
+    """(backend, Triton's argument binder) of `kernel` for `arch`."""
+    backend = make_backend(GPUTarget("cuda", arch, 32))
+    return backend, create_function_from_signature(kernel.signature, kernel.params, backend)
+
+
+def inputs_hash(launch, arch):
+    """The hash of what decides `launch`'s binary on `arch` (a record's `inputs`), without
+    compiling it."""
+    options, signature, constexprs, attrs = _specialized(launch, arch)
+    return _inputs_hash(launch.kernel, arch, signature, constexprs, attrs, options)
+
+
+def _inputs_hash(kernel, arch, signature, constexprs, attrs, options):
+    option_values = {
+        # libdevice's path names the virtual environment; its file comes with Triton's version
+        k: [(name, Path(path).name) for name, path in v] if k == "extern_libs" else str(v)
+        for k, v in options.__dict__.items()
+    }
     text = json.dumps(
         [
             kernel.cache_key,
@@ -147,7 +178,7 @@ def _cache_key(kernel, arch, signature, constexprs, attrs, options):
             signature,
             sorted((str(k), str(v)) for k, v in constexprs.items()),
             sorted((str(k), str(v)) for k, v in attrs.items()),
-            sorted((k, str(v)) for k, v in options.__dict__.items()),
+            sorted(option_values.items()),
         ],
         default=str,
     )
@@ -165,7 +196,7 @@ def occupancy(arch, registers, shared_bytes, num_warps):
 
 
 # Kernels that multiply in float32 whatever the inputs' dtype, by design: the delta rule's
-# triangular inverse and its derivative (`delta_forward.py`), where 16-bit operands would cost
+# triangular inverse and its derivative (`delta_rule/forward.py`), where 16-bit operands would cost
 # the inverse its accuracy. Their float32 products run as TF32 ones (three for one).
 FLOAT32_KERNELS = {"delta_prepare_kernel", "delta_wy_kernel"}
 
@@ -190,11 +221,9 @@ def status(record):
     return "; ".join(problems) or "ok"
 
 
-def compile_records(
-    archs, dtypes=tuple(DTYPES), *, peer=None, jobs=None, cache_dir=None, progress=True
-):
-    """One record per (architecture, configuration, kernel launch) of `launches.cases`, compiled
-    in parallel, each binary once."""
+def launched(archs, dtypes=tuple(DTYPES), *, peer=None):
+    """(record, Launch) for every (architecture, configuration, kernel launch) of
+    `launches.cases`: the record holds what identifies it (`IDENTITY`), nothing compiled yet."""
     work = []
     for arch in archs:
         for fields, launches in cases(arch, dtypes, peer=peer):
@@ -202,13 +231,40 @@ def compile_records(
                 record = {"kernel": launch.name, "arch": arch, "pass": pass_} | fields
                 record |= {"block_k": launch.kwargs.get("BK"), "block_v": launch.kwargs.get("BV")}
                 work.append((record, launch))
+    return work
+
+
+def compile_records(
+    archs,
+    dtypes=tuple(DTYPES),
+    *,
+    peer=None,
+    jobs=None,
+    cache_dir=None,
+    progress=True,
+    work=None,
+    known=(),
+):
+    """One record per (architecture, configuration, kernel launch) of `launches.cases` (or of
+    `work`, pairs from `launched`), compiled in parallel, each binary once. A launch whose
+    `inputs` are those of a record in `known` (a report's records) takes that record's results
+    instead: the same inputs make the same binary."""
+    work = launched(archs, dtypes, peer=peer) if work is None else work
     unique = {}
-    for _, launch in work:
-        unique.setdefault(_launch_id(launch), launch)
-    results = _compile_all(unique, archs, jobs, cache_dir, progress)
+    for record, launch in work:
+        unique.setdefault((_launch_id(launch), record["arch"]), launch)
+    reusable = {r["inputs"]: {k: r[k] for k in RESULT if k in r} for r in known if "inputs" in r}
+    results = {}
+    if reusable:
+        for (launch_id, arch), launch in unique.items():
+            found = reusable.get(inputs_hash(launch, arch))
+            if found is not None:
+                results[launch_id, arch] = found
+    todo = {key: launch for key, launch in unique.items() if key not in results}
+    results |= _compile_all(todo, jobs, cache_dir, progress)
     records = []
     for fields, launch in work:
-        record = fields | results[(_launch_id(launch), fields["arch"])]
+        record = fields | results[_launch_id(launch), fields["arch"]]
         if "error" not in record:
             record["programs_per_sm"] = occupancy(
                 record["arch"], record["registers"], record["shared_bytes"], record["num_warps"]
@@ -216,6 +272,108 @@ def compile_records(
         record["status"] = status(record)
         records.append(record)
     return records
+
+
+# What identifies a record of a report: the kernel launch and the configuration it serves.
+IDENTITY = (
+    "kernel",
+    "arch",
+    "pass",
+    "op",
+    "dtype",
+    "d",
+    "d_v",
+    "chunk",
+    "normalize",
+    "initial_state",
+)
+# What `compile_launch` returns: the compiler's report on one binary.
+RESULT = (
+    "source_hash",
+    "inputs",
+    "error",
+    "registers",
+    "spill_bytes",
+    "spill_load_bytes",
+    "shared_bytes",
+    "num_warps",
+    "num_stages",
+    "mma_instructions",
+    "mma_opcodes",
+)
+# What a sample compiled anew must reproduce of its committed record.
+COMPILED = (
+    "inputs",
+    "registers",
+    "spill_bytes",
+    "spill_load_bytes",
+    "shared_bytes",
+    "num_warps",
+    "num_stages",
+    "mma_instructions",
+    "mma_opcodes",
+    "programs_per_sm",
+    "status",
+)
+# What `check_report` compiles cold: every kernel on every architecture once, in the benchmarked
+# dtype at the widest tiles (the first such launch of each kernel in `launched`'s order).
+SAMPLE_DTYPE, SAMPLE_DIMS = "bfloat16", (128, 128)
+REGENERATE = "run `make kernels-report` and commit figures/kernels_compiled.json"
+
+
+def identity(record):
+    """The values of `IDENTITY` in `record` (None where it has no such field)."""
+    return tuple(record.get(name) for name in IDENTITY)
+
+
+def sample(work):
+    """The pairs of `work` (from `launched`) that `check_report` compiles anew."""
+    first = {}
+    for record, launch in work:
+        if record["dtype"] == SAMPLE_DTYPE and (record["d"], record["d_v"]) == SAMPLE_DIMS:
+            first.setdefault((record["arch"], record["kernel"]), (record, launch))
+    return list(first.values())
+
+
+def check_report(report, *, sample_compiled=True, jobs=None, progress=True):
+    """What is wrong with a committed report ({"provenance", "records"}) for this checkout, one
+    line a problem ([] when nothing is). First, without compiling: a record missing for a launch
+    of `launches.cases`, a record of no such launch, a record whose `inputs` differ from what this
+    checkout would compile (a kernel, a tile, a register budget or Triton changed), a failing
+    record. If none and `sample_compiled`, the launches of `sample` are compiled cold, and each
+    result must equal its record."""
+    committed = {identity(r): r for r in report["records"]}
+    work = launched(sorted({r["arch"] for r in report["records"]}))
+    expected = {identity(record): (record, launch) for record, launch in work}
+    problems = [
+        f"no such launch: {_named(committed[key])}" for key in committed.keys() - expected.keys()
+    ]
+    for key, (record, launch) in expected.items():
+        found = committed.get(key)
+        if found is None:
+            problems.append(f"missing: {_named(record)}")
+        elif found.get("inputs") != inputs_hash(launch, record["arch"]):
+            problems.append(f"stale (its kernel, tiles or Triton changed): {_named(record)}")
+        elif found["status"] != "ok":
+            problems.append(f"failing ({found['status']}): {_named(record)}")
+    if problems:
+        return [*problems, f"{len(problems)} records out of date: {REGENERATE}"]
+    if not sample_compiled:
+        return []
+    for record in compile_records(None, work=sample(work), jobs=jobs, progress=progress):
+        found = committed[identity(record)]
+        differ = [
+            f"{k} {found.get(k)!r} → {record.get(k)!r}"
+            for k in COMPILED
+            if found.get(k) != record.get(k)
+        ]
+        if differ:
+            problems.append(f"compiled anew, {_named(record)} differs: {'; '.join(differ)}")
+    return problems
+
+
+def _named(record):
+    return ", ".join(f"{name}={record[name]}" for name in IDENTITY if record.get(name) is not None)
 
 
 def fit_register_budgets(records, *, jobs=None, cache_dir=None):
@@ -308,24 +466,21 @@ def _in_compiler_process(function, *args, **kwargs):
 def _launch_id(launch):
     """What decides the compiled binary: the kernel, Triton's specialization of the arguments
     (dtypes, alignments, constexprs), warps and stages."""
-    backend = make_backend(GPUTarget("cuda", 90, 32))
-    binder = create_function_from_signature(launch.kernel.signature, launch.kernel.params, backend)
+    _, binder = _binder(launch.kernel, 90)
     _, specialization, options = binder(*launch.args, **launch.kwargs)
     return (launch.kernel.fn.__module__, launch.name, repr(specialization), repr(options))
 
 
-def _compile_all(unique, archs, jobs, cache_dir, progress):
-    tasks = [(launch, arch) for launch in unique.values() for arch in archs]
+def _compile_all(unique, jobs, cache_dir, progress):
+    """{(launch id, arch): result} for `unique`, {(launch id, arch): Launch}."""
+    tasks = [(launch, arch, cache_dir) for (_, arch), launch in unique.items()]
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count()) as pool:
-        outcomes = pool.map(_compile_task, [(*task, cache_dir) for task in tasks], chunksize=4)
+        outcomes = pool.map(_compile_task, tasks, chunksize=4)
         if progress:
             from tqdm.auto import tqdm
 
             outcomes = tqdm(outcomes, total=len(tasks), desc="compiling", leave=False, disable=None)
-        return {
-            (_launch_id(launch), arch): result
-            for (launch, arch), result in zip(tasks, outcomes, strict=True)
-        }
+        return dict(zip(unique, outcomes, strict=True))
 
 
 def _compile_task(task):
@@ -403,7 +558,7 @@ def _span(values):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m linattn_core.kernels.tools.compile",
+        prog="python -m linattn_core.kernels.compile",
         description="Compile the Triton kernels for NVIDIA GPUs without a GPU; report registers, "
         "spills, shared memory, occupancy and tensor-core instructions.",
     )
@@ -421,18 +576,41 @@ def main(argv=None):
         help="for every configuration that spills, find and print the register budget that "
         "stops it (entries for tiles.REGISTER_BUDGETS)",
     )
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="REPORT",
+        help="compile nothing but a sample: fail when a record of REPORT is missing or stale, or "
+        "when the sample compiled anew differs from its records (the check of `make test`)",
+    )
     parser.add_argument("--jobs", type=int, help="parallel compiles (default: one per CPU)")
     parser.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="compiled results kept between runs"
     )
-    parser.add_argument("--no-cache", action="store_true", help="compile everything anew")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile everything anew (by default a launch whose inputs are those of a record of "
+        "the --json report, or of the cache, takes its results)",
+    )
     arguments = parser.parse_args(argv)
+    if arguments.check:
+        problems = check_report(load_report(arguments.check), jobs=arguments.jobs)
+        print(
+            "\n".join(problems)
+            or f"{arguments.check}: every record current; the sample "
+            f"(each kernel on each architecture, {SAMPLE_DTYPE}, d = d_v = {SAMPLE_DIMS[0]}) "
+            "compiled anew equals its records"
+        )
+        return 1 if problems else 0
+    fresh = arguments.no_cache or not (arguments.json and arguments.json.exists())
     records = compile_records(
         arguments.arch,
         tuple(arguments.dtype),
         peer=arguments.peer,
         jobs=arguments.jobs,
         cache_dir=None if arguments.no_cache else arguments.cache,
+        known=() if fresh else load_report(arguments.json)["records"],
     )
     print("\n".join(summary(records)))
     if arguments.fit_registers:
@@ -456,9 +634,7 @@ def report_json(provenance, records):
 def _provenance(arguments):
     from linattn_core.provenance import device_name, provenance
 
-    command = " ".join(
-        ["python -m linattn_core.kernels.tools.compile", *map(shlex.quote, sys.argv[1:])]
-    )
+    command = " ".join(["python -m linattn_core.kernels.compile", *map(shlex.quote, sys.argv[1:])])
     origin = provenance("cpu", command=command)
     origin["device"] = "none: compiled on " + device_name("cpu")
     origin["targets"] = {f"sm_{a}": GPU_LIMITS[a].name for a in arguments.arch}
@@ -477,7 +653,3 @@ def _ptxas_version():
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
     return version.strip().splitlines()[-1]
-
-
-if __name__ == "__main__":
-    sys.exit(main())
