@@ -28,6 +28,8 @@ import torch
 
 from linattn_core.exercises.diagnoses import RTOL, Evidence, close, raised
 from linattn_core.exercises.layouts import where
+from linattn_core.exercises.offsets import at_lines
+from linattn_core.exercises.sources import Source
 from linattn_core.kernels.common import INTERPRETED
 from linattn_core.kernels.tools.trace import record
 
@@ -137,10 +139,14 @@ class Puzzle:
             ):
                 self.launch(kernel, inputs, problem)
         except Exception as error:  # the reader's kernel failed: say how, don't crash
-            return raised(error)
+            values = self.symbols(problem)
+            return raised(error, {k: values[k] for k in (self.tile, "D", "DV") if k in values})
         evidence = Evidence(self, problem, inputs, trace)
         if trace.out_of_bounds:
             return evidence.out_of_bounds(trace.out_of_bounds[0])
+        flat = evidence.flat_mask()
+        if flat:
+            return flat
         expected = self.reference(inputs, problem)
         wrong = [name for name, want in expected.items() if not close(inputs[name], want)]
         if not wrong:
@@ -161,12 +167,12 @@ class Puzzle:
             or evidence.misplaced(tuple(expected))
             or self._typical_message(name, inputs, problem, evidence)
             or evidence.misaddressed()
-            or self._unwritten_message(name, inputs[name], problem)
+            or self._unwritten_message(name, inputs[name], problem, evidence)
             or evidence.imprecise(name, expected[name], rerun)
-            or self._wrong_message(name, inputs[name], expected[name], problem)
+            or self._wrong_message(name, inputs[name], expected[name], problem, evidence)
         )
 
-    def _unwritten_message(self, name, got, problem):
+    def _unwritten_message(self, name, got, problem, evidence):
         unwritten = torch.isnan(got)
         if not unwritten.any():
             return None
@@ -178,11 +184,12 @@ class Puzzle:
                 "pointers to its own head (heads are stacked, N rows each)"
             )
         rows = where(unwritten, problem, self.unit)
-        reason = self._unwritten_reason(unwritten, problem)
+        reason = self._unwritten_reason(unwritten, problem, evidence.sites("store", name))
         return f"{name}: {rows} never written (still NaN): {reason}"
 
-    def _unwritten_reason(self, unwritten, problem):
-        """What leaves exactly these elements unwritten, when the pattern tells."""
+    def _unwritten_reason(self, unwritten, problem, stores):
+        """What leaves exactly these elements unwritten, when the pattern tells; `stores`: the
+        Sites that store into the output."""
         walk = (
             "the walk leaves out the last, ragged chunk: loop over tl.cdiv(N, C) chunks "
             "(N // C rounds down)"
@@ -195,10 +202,21 @@ class Puzzle:
                 return "store the final state, h[NT], after the loop"
             if ragged and boundaries == {problem.chunks - 1}:
                 return walk
+        elif self.unit == "score" and ragged and stores:
+            past = torch.arange(problem.chunks * problem.c).reshape(-1, problem.c) >= problem.n
+            rows, columns = past[:, :, None].expand_as(unwritten), past[:, None, :]
+            if unwritten.equal(rows) or unwritten.equal(rows | columns):
+                mask = Source(stores[0]).mask(stores[0]) or stores[0]
+                return (
+                    f"the store is masked at row N ({mask}), but every block has {self.tile} "
+                    f"rows, the ones past N zero: store the whole block, unmasked"
+                )
         elif self.grid == ("head",) and ragged:
             rows = unwritten.reshape(problem.heads, problem.n, -1).any(dim=-1).any(dim=0)
             if rows.nonzero().min() >= (problem.chunks - 1) * problem.c:
                 return walk
+        if stores:
+            return f"is every tile stored ({at_lines(stores)})?"
         return "is every tile stored?"
 
     def _typical_message(self, name, inputs, problem, evidence):
@@ -209,10 +227,13 @@ class Puzzle:
                 return mistake.message + (f"; look at {site}" if site else "")
         return None
 
-    def _wrong_message(self, name, got, want, problem):
+    def _wrong_message(self, name, got, want, problem, evidence):
         errors = _vector_errors(got, want)
         rows = where(errors > RTOL, problem, self.unit)
-        return f"{name}: {rows} wrong (largest relative error {errors.max():.2g})"
+        stores = evidence.sites("store", name)
+        value = Source(stores[0]).value(stores[0]) if stores else None
+        computed = f"; it is computed at {value}" if value else ""
+        return f"{name}: {rows} wrong (largest relative error {errors.max():.2g}){computed}"
 
 
 def _require_interpreter(kernel, name):
