@@ -4,14 +4,16 @@
 `Trace` of every load and store. Each diagnosis looks for one kind of evidence and, when it finds
 it, says in a sentence or two what the kernel did, the line that did it and the likely fix:
 
-- `out_of_bounds`: rows past N (a missing or wrong mask, a block pointer without a boundary
-  check) or a wrong address (which size the kernel used in place of the right one);
+- `out_of_bounds`: rows past N (a missing or wrong mask, and the line that builds it; a block
+  pointer without a boundary check) or a wrong address (which size the kernel used in place of
+  the right one);
+- `flat_mask`: a mask that compares flat offsets (row·D + column) with N, not rows;
 - `undefined`: NaN from masked-off lanes that the kernel gave no value (`other=`), confirmed by a
   run in which they read 0;
 - `misplaced`: a program that loaded or stored rows, heads or blocks of another program, and why;
 - `misaddressed`: a head, chunk or row offset that is a wrong size, or swapped program ids
   (`offsets`);
-- `imprecise`: a kernel that is right without its roundings to a 16-bit float.
+- `imprecise`: a kernel that is right without its roundings to a 16-bit float (every cast).
 """
 
 import numpy as np
@@ -264,10 +266,12 @@ class Evidence:
     def line(self, look_at):
         """The Site of the line a typical mistake is on (see `checks.Mistake`), or None."""
         sizes, tile = self.sizes, self.sizes[self.puzzle.tile]
+        if isinstance(look_at, list):  # alternatives: the first that is in the kernel
+            return next(filter(None, map(self.line, look_at)), None)
         if look_at == "reset":
             first = next(iter(self.trace.accesses), None)
             resets = self.source(first.site).resets() if first else []
-            return resets[0] if resets else self.line("state")
+            return resets[0] if resets else None
         if isinstance(look_at, tuple) and look_at[0] in ("value", "denominator"):
             kind, name = look_at
             stores = self.sites("store", name)

@@ -5,7 +5,9 @@ A line such as `tl.load(v + head * N * D + rows[:, None] * DV + …)` runs once 
 one id, is the distance the kernel put between heads, chunks or tiles; the step between a tile's
 rows is the distance it put between rows. `anomaly` compares these with the puzzle's layout
 and names the size used in place of the right one (N·D for N·DV, …), or swapped program ids;
-`explain` says so, with the lines and the fix. Every function takes a `diagnoses.Evidence`.
+`explain` says so, with the fix and the lines that build that distance (`builders`: the
+statement that adds `head * N * D`, spreads rows with `rows[:, None] * D`, or reads the program
+ids). Every function takes a `diagnoses.Evidence`.
 """
 
 import ast
@@ -138,9 +140,11 @@ def _builds(source, statement, part, evidence):
     if part == "row":
         return source.builds_rows(statement)
     axis = "head" if part == "head" else next((a for a in grid if a in ("chunk", "tile")), None)
-    if axis is None:  # a walk: the loop moves the rows
-        return source.in_loop(statement) and (
-            source.mentions(statement, source.loop_names()) or source.updates(statement)
+    if axis is None:  # a walk: the loop moves the rows (a counter's `t += 1` is not the line)
+        return (
+            source.in_loop(statement)
+            and not source.counts(statement)
+            and (source.mentions(statement, source.loop_names()) or source.updates(statement))
         )
     index = grid.index(axis)
     return source.mentions(statement, source.program_ids(index), index)

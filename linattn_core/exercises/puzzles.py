@@ -272,7 +272,7 @@ CHUNK_STATES = Puzzle(
             _walk("reset"),
             "the state starts from zero in every chunk, so h[t] is 0 until the last: create it "
             "with tl.zeros once, before the loop",
-            "reset",
+            ["reset", "state"],
         ),
     ),
     unit="state",
@@ -318,13 +318,13 @@ STATE_MISTAKES = (  # (state, message, the line to look at)
         "previous",
         "rows see only the previous chunk, not all earlier ones: accumulate the state "
         "(state += …) instead of overwriting it",
-        "reset",
+        ["reset", "state"],
     ),
     (
         "none",
         "rows see only their own chunk: carry the state of the earlier chunks "
         "(state += kᵀv after each chunk) and add q · state",
-        "reset",
+        ["reset", ("value", "o")],
     ),
 )
 
@@ -382,7 +382,7 @@ NORMALIZED_FORWARD = Puzzle(
             _normalized(key_sum="previous"),
             "the denominator's key sum holds the previous chunk's keys only: accumulate z "
             "(z += …) instead of overwriting it",
-            "reset",
+            ["reset", DENOMINATOR],
         ),
         Mistake(
             _normalized(key_sum="after"),
@@ -421,13 +421,13 @@ NORMALIZED_FORWARD = Puzzle(
             _normalized(state="none", key_sum="none"),
             "the state and the key sum start from zero in every chunk: create them with "
             "tl.zeros once, before the loop, and add each chunk to them",
-            "reset",
+            ["reset", "state"],
         ),
         Mistake(
             _normalized(state="previous", key_sum="previous"),
             "the state and the key sum hold the previous chunk alone: create them once, before "
             "the loop, and add each chunk to them (+=)",
-            "reset",
+            ["reset", "state"],
         ),
         Mistake(_misread(_linear_attention(normalize=True)), *QUERIES_FROM_KEYS),
         *(Mistake(_normalized(state=state), *told) for state, *told in STATE_MISTAKES),

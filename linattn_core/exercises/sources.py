@@ -93,7 +93,7 @@ class Source:
             for statement in self.definitions(name, at):
                 if id(statement) not in found:
                     found[id(statement)] = statement
-                    value = statement.value if hasattr(statement, "value") else statement
+                    value = getattr(statement, "value", None) or statement
                     pending += [(n, statement.lineno) for n in _names(value)]
         return sorted(found.values(), key=lambda s: s.lineno)
 
@@ -134,8 +134,11 @@ class Source:
         if call is None:
             return None
         values = [k.value for k in call.keywords if k.arg == "value"] or call.args[1:2]
-        if values and isinstance(values[0], ast.Name):
-            built = self.definitions(values[0].id, site.line)
+        value = values[0] if values else None
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            value = value.func.value  # b_o.to(…), b_o.reshape(…): b_o
+        if isinstance(value, ast.Name):
+            built = self.definitions(value.id, site.line)
             if built:
                 return self.site(built[-1])
         return self.site(self.statement(site.line))
@@ -152,23 +155,41 @@ class Source:
             node = pending.pop(0)
             for division in ast.walk(node):
                 if isinstance(division, ast.BinOp) and isinstance(division.op, ast.Div):
-                    names = list(_names(division.right))
-                    built = self.definitions(names[0], line) if names else []
+                    right = division.right
+                    while isinstance(right, ast.Subscript):  # den[:, None]: den
+                        right = right.value
+                    name = right.id if isinstance(right, ast.Name) else None
+                    built = self.definitions(name, division.lineno) if name else []
                     return self.site(built[-1] if built else self.statement(division.lineno))
             for name in _names(node):
                 for statement in self.definitions(name, line):
-                    pending.append(statement.value if hasattr(statement, "value") else statement)
+                    pending.append(getattr(statement, "value", None) or statement)
         return None
 
     def resets(self):
-        """The Sites of assignments inside a loop that start a tile from zero (tl.zeros, …)."""
+        """The Sites of assignments inside a loop that throw away what a name carries from step
+        to step: `state = tl.zeros(…)`, or `z = tl.sum(k, 0)` for a z set before the loop
+        (not `z += …`, not `p = tl.advance(p, …)`); the ones to zero first."""
+        found = []
+        for statement in self.statements:
+            loop = self._loop(statement)
+            if not isinstance(statement, ast.Assign) or loop is None or self.updates(statement):
+                continue
+            zeros = isinstance(statement.value, ast.Call) and _name(statement.value.func) in _ZEROS
+            carried = any(
+                s.lineno < loop.lineno and _targets(s) & _targets(statement)
+                for s in self.statements
+            )
+            if zeros or carried:
+                found.append((not zeros, statement.lineno, self.site(statement)))
+        return [site for *_, site in sorted(found)]
+
+    def loops(self):
+        """The Sites of the loops' first lines (`for t in range(N // C)`), in order."""
+        lines = self.text.splitlines()
         return [
-            self.site(s)
-            for s in self.statements
-            if isinstance(s, ast.Assign)
-            and isinstance(s.value, ast.Call)
-            and _name(s.value.func) in _ZEROS
-            and any(loop.lineno < s.lineno <= loop.end_lineno for loop in self._loops)
+            Site(self.path, loop.lineno, " ".join(lines[loop.lineno - 1].split()).rstrip(":"))
+            for loop in sorted(self._loops, key=lambda loop: loop.lineno)
         ]
 
     def target(self, site):
@@ -193,17 +214,34 @@ class Source:
         return names
 
     def loop_names(self):
-        """The names that loops count with (`for t in range(…)`)."""
-        return {
+        """The names that loops count with (`for t in range(…)`, `t += 1` in a while loop)."""
+        counted = {
             n.id
             for loop in self._loops
             if isinstance(loop, ast.For)
             for n in ast.walk(loop.target)
             if isinstance(n, ast.Name)
         }
+        return counted | {
+            s.target.id for s in self.statements if self.counts(s) and self.in_loop(s)
+        }
+
+    @staticmethod
+    def counts(statement):
+        """Whether a statement steps a counter by a constant (`t += 1`)."""
+        return (
+            isinstance(statement, ast.AugAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(statement.value, ast.Constant)
+        )
 
     def in_loop(self, statement):
-        return any(loop.lineno < statement.lineno <= loop.end_lineno for loop in self._loops)
+        return self._loop(statement) is not None
+
+    def _loop(self, statement):
+        """The innermost loop a statement is in, or None."""
+        loops = [n for n in self._loops if n.lineno < statement.lineno <= n.end_lineno]
+        return max(loops, key=lambda loop: loop.lineno, default=None)
 
     @staticmethod
     def mentions(statement, names=(), axis=None):

@@ -279,7 +279,7 @@ MISTAKES = (
         cumulative_key_sum,
         (("state += tl.dot", "state = tl.dot"), ("before += tl.sum", "before = tl.sum")),
         "the state and the key sum hold the previous chunk alone",
-        "look at line 51, `tl.dot(tl.trans(b_k), b_v)`",
+        "look at line 51, `state = tl.dot(tl.trans(b_k), b_v)`",
     ),
     Mutant(
         transposed_state_in_float64,
