@@ -150,13 +150,13 @@ class Puzzle:
         evidence = Evidence(self, problem, inputs, trace)
         if trace.out_of_bounds:
             return evidence.out_of_bounds(trace.out_of_bounds[0])
-        flat = evidence.flat_mask()
-        if flat:
-            return flat
         expected = self.reference(inputs, problem)
         wrong = [name for name, want in expected.items() if not close(inputs[name], want)]
         if not wrong:
             return None
+        flat = evidence.flat_mask()
+        if flat:
+            return flat
 
         def rerun(**options):
             """The outputs of the same kernel on the same inputs under other `record` options."""

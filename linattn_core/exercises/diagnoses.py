@@ -192,9 +192,11 @@ class Evidence:
         """A load or store whose mask compares flat offsets (row·width + column) with N: it
         keeps the first N elements of a head rather than its first N rows."""
         for access in self.trace.accesses:
+            if access.via != "pointers" or access.allowed.all():
+                continue
             name = self.owner(access)
             layout = self.puzzle.layouts[name]
-            if layout.kind != "rows" or access.via != "pointers" or access.allowed.all():
+            if layout.kind != "rows":
                 continue
             width = self.sizes[layout.width]
             head = self.ids(access.program).get("head", 0)
