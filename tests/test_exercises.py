@@ -220,10 +220,51 @@ def test_a_typical_mistake_is_named(mutant, name, edits, message):
 
 
 def test_a_kernel_that_fails_to_run_is_reported_with_its_line(mutant):
-    broken = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "tl.dot(b_v, scores)"))
+    broken = mutant(solutions.intra_chunk, ("b_v = tl.load(v", "b_v = tl.load(v_missing"))
     verdict = exercises.check_intra_chunk(broken)
     assert not verdict
-    assert "the kernel raised AssertionError at line 20, `tl.dot(b_v, scores)`" in verdict.message
+    assert "the kernel raised NameError at line 17, `v_missing`" in verdict.message
+
+
+def test_a_product_of_tiles_that_do_not_fit_is_told_in_tile_shapes(mutant):
+    broken = mutant(solutions.intra_chunk, ("tl.dot(scores, b_v)", "tl.dot(b_v, scores)"))
+    message = exercises.check_intra_chunk(broken).message
+    assert "input and other" not in message
+    assert (
+        "line 20, `tl.dot(b_v, scores)`, multiplies b_v [C, DV] by scores [C, C], but the "
+        "columns of the first (DV) must match the rows of the second (C): tl.dot(scores, b_v)?"
+    ) in message
+
+
+def test_tiles_that_do_not_broadcast_are_told_in_tile_shapes(mutant):
+    broken = mutant(solutions.normalized_forward, ("key_sum[None, :]", "key_sum[:, None]"))
+    message = exercises.check_normalized_forward(broken).message
+    assert "make_shape_compatible" not in message
+    assert (
+        "line 24, `b_q * key_sum[:, None]`, combines b_q [C, D] with key_sum[:, None] [D, 1], "
+        "which do not broadcast (axis 0: C against D); turn key_sum[:, None] around: "
+        "key_sum[None, :]"
+    ) in message
+
+
+def test_a_head_offset_of_a_chunk_is_a_wrong_head_distance_not_swapped_ids(mutant):
+    """head·C·D moves the head as far as a chunk: not swapped ids, and swapping them (as a
+    reader told so would) is then named swapped, at the program id line."""
+    wrong_head = (
+        "q, k = q + head * N * D, k + head * N * D",
+        "q, k = q + head * C * D, k + head * C * D",
+    )
+    message = exercises.check_intra_chunk(mutant(solutions.intra_chunk, wrong_head)).message
+    assert (
+        "head b of q and k is addressed at b·C·D (line 10, `q, k = q + head * C * D, k + head "
+        "* C * D`), but heads are N·D elements apart"
+    ) in message
+    swapped = (
+        "t, head = tl.program_id(0), tl.program_id(1)",
+        "head, t = tl.program_id(0), tl.program_id(1)",
+    )
+    message = exercises.check_intra_chunk(mutant(solutions.intra_chunk, swapped)).message
+    assert "addressed with the program ids swapped (line 9, `head, t = tl.program_id(0)" in message
 
 
 def test_wrong_rows_are_listed_when_nothing_explains_them(mutant):
@@ -245,4 +286,7 @@ def test_precision_is_told_from_logic(mutant):
     )
     message = exercises.check_chunked_forward(rounded).message
     assert "o is off by " in message and RTOL < float(message.split("off by ")[1][:7])
-    assert "the kernel rounds to float16 at line 22, `scores.to(tl.float16)`" in message
+    assert (
+        "the kernel rounds to float16 at line 22, `scores.to(tl.float16)` and line 22, "
+        "`b_v.to(tl.float16)`, and without those roundings it is right"
+    ) in message

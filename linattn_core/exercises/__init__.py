@@ -2,11 +2,13 @@
 
 Each `check_<name>(kernel)` runs a reader's `@triton.jit` kernel in Triton's interpreter on
 three problems (N ragged in each; D, DV and C told apart) and returns a `Verdict`: true when the
-kernel is right, else a message that names the likely mistake and the line to look at: a load or
-store past N or out of its tensor, masked-off lanes without `other=` that reach the result, a
-program that touched another's rows or head (a wrong size for an offset, swapped program ids), a
-typical mistake of the puzzle (a flipped or strict mask, a state not carried, eps misplaced, …),
-float16 rounding, or else the rows, chunks or states that are wrong. Any way of loading works:
+kernel is right, else a message that names the likely mistake and the line to look at (the one
+that builds the wrong offset, mask or value): a load or store past N or out of its tensor, a
+mask on flat offsets, masked-off lanes without `other=` that reach the result, a program that
+touched another's rows or head (a wrong size for an offset, swapped program ids), a typical
+mistake of the puzzle (a flipped, strict or global mask, a state not carried or reset, eps
+misplaced, k loaded as q, …), tiles whose shapes do not fit, float16 rounding, or else the rows,
+chunks or states that are wrong. Any way of loading works:
 pointers, block pointers, tensor descriptors. The puzzles, in the chapter's order, and the
 signature and grid each kernel is launched with (as in `solutions.py`):
 

@@ -4,21 +4,24 @@
 `Trace` of every load and store. Each diagnosis looks for one kind of evidence and, when it finds
 it, says in a sentence or two what the kernel did, the line that did it and the likely fix:
 
-- `out_of_bounds`: rows past N (a missing or wrong mask, a block pointer without a boundary
-  check) or a wrong address (which size the kernel used in place of the right one);
+- `out_of_bounds`: rows past N (a missing or wrong mask, and the line that builds it; a block
+  pointer without a boundary check) or a wrong address (which size the kernel used in place of
+  the right one);
+- `flat_mask`: a mask that compares flat offsets (row·D + column) with N, not rows;
 - `undefined`: NaN from masked-off lanes that the kernel gave no value (`other=`), confirmed by a
   run in which they read 0;
 - `misplaced`: a program that loaded or stored rows, heads or blocks of another program, and why;
 - `misaddressed`: a head, chunk or row offset that is a wrong size, or swapped program ids
   (`offsets`);
-- `imprecise`: a kernel that is right without its roundings to a 16-bit float.
+- `imprecise`: a kernel that is right without its roundings to a 16-bit float (every cast).
 """
 
 import numpy as np
 import torch
 
-from linattn_core.exercises import offsets
+from linattn_core.exercises import offsets, shapes
 from linattn_core.exercises.layouts import listed, spans, where
+from linattn_core.exercises.sources import Source
 from linattn_core.kernels.tools.trace import Runaway, kernel_site
 
 RTOL = 1e-4  # float32 products against float64 references: far below any real mistake
@@ -37,14 +40,18 @@ def close(got, want):
     return relative_error(got, want) <= RTOL
 
 
-def raised(error):
-    """The exception a kernel raised, and the kernel line it came from."""
+def raised(error, sizes):
+    """The exception a kernel raised, and the kernel line it came from; a shape error in tile
+    shapes (`shapes.mismatch`), the sizes named as in `sizes` ({"C": 16, …})."""
     cause = error.__cause__ or error
     site = kernel_site(error)
     text = str(cause).strip().splitlines()
     at = f" at {site}" if site else ""
     if isinstance(cause, Runaway):
         return f"the kernel made {cause}, the last{at}: does a loop never end?"
+    mismatch = shapes.mismatch(cause, site, sizes)
+    if mismatch:
+        return mismatch
     return f"the kernel raised {type(cause).__name__}{at}: {text[0] if text else '(no message)'}"
 
 
@@ -56,6 +63,21 @@ class Evidence:
         self.sizes = puzzle.symbols(problem)
         self.starts = {name: t.data_ptr() for name, t in inputs.items()}
         self._owners = {}  # id(access) → tensor name
+        self._sources = {}  # path → Source
+
+    def source(self, site):
+        """The kernel's source (`sources.Source`) that a Site is in."""
+        if site.path not in self._sources:
+            self._sources[site.path] = Source(site)
+        return self._sources[site.path]
+
+    def sites(self, op, name):
+        """The Sites of the loads or stores (`op`) of a tensor, in the order they first ran."""
+        return list(
+            dict.fromkeys(
+                a.site for a in self.trace.accesses if a.op == op and self.owner(a) == name
+            )
+        )
 
     # --- where an access landed ------------------------------------------------------------
     def ids(self, program):
@@ -166,6 +188,29 @@ class Evidence:
             f"here) and reach the result: give {'it' if len(sites) == 1 else 'them'} {fix}"
         )
 
+    def flat_mask(self):
+        """A load or store whose mask compares flat offsets (row·width + column) with N: it
+        keeps the first N elements of a head rather than its first N rows."""
+        for access in self.trace.accesses:
+            if access.via != "pointers" or access.allowed.all():
+                continue
+            name = self.owner(access)
+            layout = self.puzzle.layouts[name]
+            if layout.kind != "rows":
+                continue
+            width = self.sizes[layout.width]
+            head = self.ids(access.program).get("head", 0)
+            within = self.flat(name, access.tile.reshape(-1)) - head * self.sizes["N"] * width
+            allowed, n = access.allowed.reshape(-1), self.sizes["N"]
+            if (allowed == (within < n)).all() and (~allowed & (within // width < n)).any():
+                built = self.source(access.site).mask(access.site) or access.site
+                return (
+                    f"the mask of the {access.op} of {name} keeps the first N "
+                    f"elements, not the first N rows: it compares a flat offset, row·{layout.width}"
+                    f" + column, with N ({built}); compare the row alone, rows[:, None] < N"
+                )
+        return None
+
     def misplaced(self, outputs):
         accesses = sorted(self.trace.accesses, key=lambda a: a.op == "load")  # writes first
         for access in accesses:
@@ -206,18 +251,41 @@ class Evidence:
             return None
         if not close(rerun(exact=True)[name], want):
             return None
-        rounding = self.trace.roundings[0]
+        casts = {}  # float type → the Sites that round to it
+        for rounding in self.trace.roundings:
+            casts.setdefault(_FLOATS.get(rounding.dtype, rounding.dtype), {})[rounding.site] = 1
+        where = listed(
+            f"{dtype} at {listed(str(site) for site in sites)}" for dtype, sites in casts.items()
+        )
+        those = "that rounding" if sum(map(len, casts.values())) == 1 else "those roundings"
         error = relative_error(self.inputs[name], want)
         dot = " (tl.dot accumulates in float32 either way)" if self.trace.flops() else ""
         return (
-            f"{name} is off by {error:.1e}: the kernel rounds to "
-            f"{_FLOATS.get(rounding.dtype, rounding.dtype)} at {rounding.site}, and without "
-            f"that rounding it is right; keep the tiles in float32{dot}"
+            f"{name} is off by {error:.1e}: the kernel rounds to {where}, and without "
+            f"{those} it is right; keep the tiles in float32{dot}"
         )
 
     def line(self, look_at):
         """The Site of the line a typical mistake is on (see `checks.Mistake`), or None."""
         sizes, tile = self.sizes, self.sizes[self.puzzle.tile]
+        if isinstance(look_at, list):  # alternatives: the first that is in the kernel
+            return next(filter(None, map(self.line, look_at)), None)
+        if look_at == "reset":
+            first = next(iter(self.trace.accesses), None)
+            resets = self.source(first.site).resets() if first else []
+            return resets[0] if resets else None
+        if isinstance(look_at, tuple) and look_at[0] in ("value", "denominator"):
+            kind, name = look_at
+            stores = self.sites("store", name)
+            source = self.source(stores[0]) if stores else None
+            if source is None or not source.found:
+                return stores[0] if stores else None
+            return getattr(source, kind)(stores[0]) or stores[0]
+        if isinstance(look_at, tuple) and look_at[0] == "misread":
+            _, name, meant = look_at  # the loads of `name`: the one assigned to a name like `meant`
+            loads = self.sites("load", name)
+            named = [s for s in loads if any(meant in t for t in self.source(s).target(s))]
+            return (named or loads or [None])[0]
         if look_at == "mask":
             found = (s for s, shape in self.trace.comparisons.items() if shape == (tile, tile))
         elif look_at in ("state", "scores"):
@@ -247,7 +315,9 @@ class Evidence:
             fix += ' (and padding_option="zero")' if access.op == "load" else ""
         elif masked:
             them = "it" if len(rows) == 1 else "them"
-            fix = f"its mask lets {them} through: mask the {access.op} with rows < N"
+            built = self.source(access.site).mask(access.site)
+            mask = f" ({built})" if built and built.line != access.site.line else ""
+            fix = f"its mask{mask} lets {them} through: mask the {access.op} with rows < N"
         else:
             fix = f"mask the {access.op} with rows < N"
         if access.op == "load" and access.via == "pointers":

@@ -5,8 +5,12 @@ A line such as `tl.load(v + head * N * D + rows[:, None] * DV + …)` runs once 
 one id, is the distance the kernel put between heads, chunks or tiles; the step between a tile's
 rows is the distance it put between rows. `anomaly` compares these with the puzzle's layout
 and names the size used in place of the right one (N·D for N·DV, …), or swapped program ids;
-`explain` says so, with the lines and the fix. Every function takes a `diagnoses.Evidence`.
+`explain` says so, with the fix and the lines that build that distance (`builders`: the
+statement that adds `head * N * D`, spreads rows with `rows[:, None] * D`, or reads the program
+ids). Every function takes a `diagnoses.Evidence`.
 """
+
+import ast
 
 import numpy as np
 
@@ -38,11 +42,7 @@ def anomaly(evidence, site, name):
         "unit": _move(evidence, bases, unit_axis) if unit_axis else _step(bases),
     }
     values = {part: evaluate(e, sizes) for part, e in right.items()}
-    if (
-        "head" in puzzle.grid
-        and unit_axis
-        and (moves["head"] == values["unit"] or moves["unit"] == values["head"])
-    ):
+    if "head" in puzzle.grid and unit_axis and _swapped(moves, values):
         return ("swapped", None, None)
     width = evaluate(layout.width, sizes)
     for part in ("row", "head", "unit"):
@@ -59,6 +59,18 @@ def anomaly(evidence, site, name):
         if used:
             return (part, used, right[part])
     return None
+
+
+def _swapped(moves, values):
+    """Whether the head and unit ids move the accesses as the other should: each by the
+    other's distance (one of the two unknown at most); a head moved by a unit's distance while
+    the unit id moves right is a wrong head distance instead."""
+    head, unit = moves["head"], moves["unit"]
+    return (head, unit) in (
+        (values["unit"], values["head"]),
+        (values["unit"], None),
+        (None, values["head"]),
+    )
 
 
 def places_with(evidence, found):
@@ -89,10 +101,59 @@ def at_lines(sites):
     return "lines " + listed([str(s.line) for s in sorted(sites, key=lambda s: s.line)])
 
 
+def builders(evidence, places, part, used):
+    """The Sites of the statements that build the `part` of the offsets of `places` (the line
+    `q += head * C * D` for a head distance, `ptrs = rows[:, None] * D + …` for a row, the
+    `tl.program_id` lines for swapped ids), or the load and store lines where no other does
+    (or where the distance is missing, `used` "0")."""
+    found = []
+    for site, _ in places:
+        source = evidence.source(site)
+        if not source.found or used == "0":
+            found.append(site)
+            continue
+        if part == "swapped":
+            picked = [s for s in source.statements if _program_ids_only(s)]
+        else:
+            picked = [
+                s
+                for s in source.address(site)
+                if not _program_ids_only(s) and _builds(source, s, part, evidence)
+            ]
+        found += [source.site(s) for s in picked] or [site]
+    return list(dict.fromkeys(found))
+
+
+def _program_ids_only(statement):
+    """Whether a statement assigns program ids and nothing else (`t, b = tl.program_id(0), …`)."""
+    if not isinstance(statement, ast.Assign):
+        return False
+    values = statement.value.elts if isinstance(statement.value, ast.Tuple) else [statement.value]
+    return all(
+        isinstance(v, ast.Call) and getattr(v.func, "attr", None) == "program_id" for v in values
+    )
+
+
+def _builds(source, statement, part, evidence):
+    """Whether a statement of an address builds the distance `part` of it."""
+    grid = evidence.puzzle.grid
+    if part == "row":
+        return source.builds_rows(statement)
+    axis = "head" if part == "head" else next((a for a in grid if a in ("chunk", "tile")), None)
+    if axis is None:  # a walk: the loop moves the rows (a counter's `t += 1` is not the line)
+        return (
+            source.in_loop(statement)
+            and not source.counts(statement)
+            and (source.mentions(statement, source.loop_names()) or source.updates(statement))
+        )
+    index = grid.index(axis)
+    return source.mentions(statement, source.program_ids(index), index)
+
+
 def _words(evidence, places, part, used, right):
     puzzle = evidence.puzzle
     names = list(dict.fromkeys(name for _, name in places))
-    subject, sites = listed(names), at_lines([site for site, _ in places])
+    subject, sites = listed(names), at_lines(builders(evidence, places, part, used))
     kind, tile = puzzle.layouts[names[0]].kind, puzzle.tile
     walk = not any(axis in puzzle.grid for axis in ("chunk", "tile"))
     t = "p" if "tile" in puzzle.grid else "t"  # the program id, as the puzzle names it

@@ -40,8 +40,11 @@ def _heads(problem, generator, *, positive=False):
     return {"q": q, "k": k, "v": v, "o": _poisoned(b, n, problem.d_v)}
 
 
+GLOBAL_MASK = "the causal mask compares a place in the sequence with a place in the chunk"
+
+
 def _mask_mistakes(outputs, subject, fix):
-    """The three wrong causal masks: `outputs(mask)` computes the output with one."""
+    """The five wrong causal masks: `outputs(mask)` computes the output with one."""
     return (
         Mistake(
             outputs("none"),
@@ -60,7 +63,30 @@ def _mask_mistakes(outputs, subject, fix):
             "row index ≥ the column index",
             "mask",
         ),
+        Mistake(
+            outputs("global query"),
+            f"{GLOBAL_MASK} (query t·C + i, key j), so from chunk 1 on it keeps every key: "
+            "compare places in the chunk, i >= j",
+            "mask",
+        ),
+        Mistake(
+            outputs("global key"),
+            f"{GLOBAL_MASK} (query i, key t·C + j), so from chunk 1 on it keeps no key: "
+            "compare places in the chunk, i >= j",
+            "mask",
+        ),
     )
+
+
+def _misread(reference):
+    """What `reference` computes when the kernel loads k where it should load q."""
+    return lambda inputs, problem: reference({**inputs, "q": inputs["k"]}, problem)
+
+
+QUERIES_FROM_KEYS = (
+    "the queries are loaded from k: load the tile of queries from q",
+    ("misread", "k", "q"),
+)
 
 
 # --- 1. feature_map: a tile of rows, a mask for the ragged end ---------------------------------
@@ -81,6 +107,8 @@ def _elementwise(function):
     return lambda inputs, problem: {"y": function(inputs["x"].double())}
 
 
+Y = ("value", "y")  # the line that computes what is stored in y
+
 FEATURE_MAP = Puzzle(
     "feature_map",
     problems=ONE_HEAD,
@@ -93,28 +121,34 @@ FEATURE_MAP = Puzzle(
         Mistake(
             _elementwise(torch.nn.functional.elu),
             "y is elu(x): add 1, so that φ(x) = elu(x) + 1 is positive",
+            Y,
         ),
         Mistake(
             _elementwise(torch.exp),
             "y is exp(x) everywhere: elu(x) + 1 is x + 1 where x > 0 and exp(x) elsewhere "
             "(tl.where(x > 0, x + 1, tl.exp(x)))",
+            Y,
         ),
         Mistake(
             _elementwise(lambda x: x + 1),
             "y is x + 1 everywhere: where x ≤ 0, elu(x) + 1 is exp(x) (tl.where(x > 0, x + 1, "
             "tl.exp(x)))",
+            Y,
         ),
         Mistake(
             _elementwise(lambda x: torch.where(x > 0, x, x.exp())),
             "y is x where x > 0: elu(x) + 1 is x + 1 there",
+            Y,
         ),
         Mistake(
             _elementwise(lambda x: torch.where(x > 0, x.exp(), x + 1)),
             "the two branches are swapped: x + 1 where x > 0, exp(x) elsewhere",
+            Y,
         ),
         Mistake(
             _elementwise(lambda x: x.clamp(min=0) + 1),
             "y is max(x, 0) + 1: where x ≤ 0, elu(x) + 1 is exp(x), not 1",
+            Y,
         ),
     ),
     tile="BLOCK",
@@ -156,6 +190,7 @@ CHUNK_SCORES = Puzzle(
             "s holds k_i·q_j: rows are queries, s = q kᵀ (tl.dot(q, tl.trans(k)))",
             "scores",
         ),
+        Mistake(_misread(_scores()), *QUERIES_FROM_KEYS),
     ),
     sizes=("D", "C"),
     unit="score",
@@ -188,7 +223,10 @@ INTRA_CHUNK = Puzzle(
     reference=_intra(),
     grid=("chunk", "head"),
     layouts=HEADS,
-    mistakes=_mask_mistakes(_intra, "rows", "tl.where(i >= j, s, 0.0) before · V"),
+    mistakes=(
+        *_mask_mistakes(_intra, "rows", "tl.where(i >= j, s, 0.0) before · V"),
+        Mistake(_misread(_intra()), *QUERIES_FROM_KEYS),
+    ),
 )
 
 
@@ -229,6 +267,12 @@ CHUNK_STATES = Puzzle(
             _walk("inclusive"),
             "h[t] already includes chunk t: store the state before adding the chunk's kᵀv",
             ("store", "h"),
+        ),
+        Mistake(
+            _walk("reset"),
+            "the state starts from zero in every chunk, so h[t] is 0 until the last: create it "
+            "with tl.zeros once, before the loop",
+            ["reset", "state"],
         ),
     ),
     unit="state",
@@ -274,13 +318,13 @@ STATE_MISTAKES = (  # (state, message, the line to look at)
         "previous",
         "rows see only the previous chunk, not all earlier ones: accumulate the state "
         "(state += …) instead of overwriting it",
-        "state",
+        ["reset", "state"],
     ),
     (
         "none",
         "rows see only their own chunk: carry the state of the earlier chunks "
         "(state += kᵀv after each chunk) and add q · state",
-        None,
+        ["reset", ("value", "o")],
     ),
 )
 
@@ -300,6 +344,7 @@ CHUNKED_FORWARD = Puzzle(
             "the state sums q_jᵀ v_j: it sums the keys, state += tl.dot(tl.trans(k), v)",
             "state",
         ),
+        Mistake(_misread(_linear_attention(normalize=False)), *QUERIES_FROM_KEYS),
     ),
 )
 
@@ -310,6 +355,8 @@ def _normalized(**options):
         "o": ref.normalized(*(inputs[name] for name in "qkv"), problem, **options)
     }
 
+
+DENOMINATOR = ("denominator", "o")  # the line that computes what o is divided by
 
 NORMALIZED_FORWARD = Puzzle(
     "normalized_forward",
@@ -329,34 +376,60 @@ NORMALIZED_FORWARD = Puzzle(
             _normalized(key_sum="none"),
             "the denominator misses the keys of earlier chunks: carry z = Σ k_j across chunks, "
             "as the state is carried, and add q_i·z",
+            DENOMINATOR,
         ),
         Mistake(
             _normalized(key_sum="previous"),
             "the denominator's key sum holds the previous chunk's keys only: accumulate z "
             "(z += …) instead of overwriting it",
+            ["reset", DENOMINATOR],
         ),
         Mistake(
             _normalized(key_sum="after"),
             "the denominator counts the chunk's own keys twice: add them to z after the "
             "chunk's output, as the state",
+            DENOMINATOR,
         ),
         Mistake(
             _normalized(denominator_mask="none"),
             "the denominator counts keys after the query in its chunk: sum the masked scores",
+            DENOMINATOR,
         ),
         Mistake(
             _normalized(axis=-2),
             "the denominator sums the scores' columns: row i's sum runs over its keys, "
             "tl.sum(s, axis=1)",
+            DENOMINATOR,
         ),
         Mistake(
             _normalized(eps="none"),
             "the denominator has no eps: add it, q_i·z + Σ q_i·k_j + eps",
+            DENOMINATOR,
+        ),
+        Mistake(
+            _normalized(eps="one"),
+            "the denominator adds 1 where eps belongs: add the kernel's argument eps, "
+            "q_i·z + Σ q_i·k_j + eps",
+            DENOMINATOR,
         ),
         Mistake(
             _normalized(eps="after"),
             "eps is added to the quotient: it belongs in the denominator, numerator / (… + eps)",
+            ("value", "o"),
         ),
+        Mistake(
+            _normalized(state="none", key_sum="none"),
+            "the state and the key sum start from zero in every chunk: create them with "
+            "tl.zeros once, before the loop, and add each chunk to them",
+            ["reset", "state"],
+        ),
+        Mistake(
+            _normalized(state="previous", key_sum="previous"),
+            "the state and the key sum hold the previous chunk alone: create them once, before "
+            "the loop, and add each chunk to them (+=)",
+            ["reset", "state"],
+        ),
+        Mistake(_misread(_linear_attention(normalize=True)), *QUERIES_FROM_KEYS),
         *(Mistake(_normalized(state=state), *told) for state, *told in STATE_MISTAKES),
         *_mask_mistakes(
             lambda mask: _normalized(mask=mask), "rows", "tl.where(i >= j, s, 0.0), then sum"
@@ -441,11 +514,14 @@ VALUE_GRADIENT = Puzzle(
         Mistake(
             _value_gradient(state=None),
             "rows miss the gradient from later chunks: add k_j · dh[t + 1]",
+            ("value", "dv"),
         ),
         Mistake(
             _value_gradient(queries_as_keys=True),
             "the state term multiplies q_j: key j's row of dv gets k_j · dh[t + 1]",
+            ("value", "dv"),
         ),
+        Mistake(_misread(_value_gradient()), *QUERIES_FROM_KEYS),
     ),
 )
 

@@ -10,11 +10,32 @@ carried, eps in the wrong place, …); with the default options the result is th
 import torch
 import torch.nn.functional as F
 
-MASKS = {  # how a C × C block of scores s[i, j] (query i, key j) is masked
+
+def _positions(s):
+    """(t·C, i, j) for blocks of scores `(…, NT, C, C)`: where each chunk starts, the query's
+    and the key's place in it."""
+    chunks, c = s.shape[-3], s.shape[-1]
+    starts = torch.arange(chunks)[:, None, None] * c
+    return starts, torch.arange(c)[:, None], torch.arange(c)[None, :]
+
+
+def _global_query(s):  # t·C + i ≥ j: the query's place in the sequence, the key's in the chunk
+    start, i, j = _positions(s)
+    return s * (start + i >= j)
+
+
+def _global_key(s):  # i ≥ t·C + j: the query's place in the chunk, the key's in the sequence
+    start, i, j = _positions(s)
+    return s * (i >= start + j)
+
+
+MASKS = {  # how a C × C block of scores s[i, j] (query i, key j) of chunk t is masked
     "causal": lambda s: s.tril(),  # j ≤ i: right
     "strict": lambda s: s.tril(-1),  # j < i: the diagonal left out
     "flipped": lambda s: s.triu(),  # j ≥ i: the keys after the query
     "none": lambda s: s,
+    "global query": _global_query,  # every key from chunk 1 on
+    "global key": _global_key,  # no key from chunk 1 on
 }
 
 
@@ -36,11 +57,14 @@ def scores(q, k, problem, mask="causal", transposed=False):
 
 def states(k, v, problem, walk="carried"):
     """(BH, NT + 1, D, DV): S_t = Σ_{j < tC} k_jᵀ v_j at every boundary t; `walk` "alone": each
-    chunk's kᵀv replaces the state; "inclusive": h[t] stored after adding chunk t."""
+    chunk's kᵀv replaces the state; "inclusive": h[t] stored after adding chunk t; "reset":
+    the state set to zero at the start of every chunk, before h[t] is stored."""
     per_chunk = chunked(k, problem).mT @ chunked(v, problem)  # (BH, NT, D, DV)
     zero = torch.zeros_like(per_chunk[:, :1])
     if walk == "alone":
         return torch.cat([zero, per_chunk], dim=1)
+    if walk == "reset":  # zeros stored, then the last chunk alone
+        return torch.cat([torch.zeros_like(per_chunk), per_chunk[:, -1:]], dim=1)
     carried = torch.cat([zero, per_chunk.cumsum(dim=1)], dim=1)
     if walk == "inclusive":  # the last one stored twice
         return torch.cat([carried[:, 1:], carried[:, -1:]], dim=1)
@@ -65,7 +89,8 @@ def normalized(q, k, v, problem, *, normalize=True, key_sum="before", mask="caus
     """o = numerator / (q z_t + row sums of the masked scores + eps) `(BH, N, DV)`; mistakes:
     `key_sum` "none", "previous" (chunk t − 1 alone) or "after" (the chunk's keys in z),
     `denominator_mask` another mask in the
-    denominator, `axis` −2 (column sums), `eps` "none" or "after" (added to the quotient),
+    denominator, `axis` −2 (column sums), `eps` "none", "one" (1 in its place) or "after"
+    (added to the quotient),
     `state` and `mask` as in `numerator`, `normalize=False` (the numerator alone)."""
     top = numerator(q, k, v, problem, state=state, mask=mask)
     if not normalize:
@@ -78,7 +103,7 @@ def normalized(q, k, v, problem, *, normalize=True, key_sum="before", mask="caus
         z = F.pad(per_chunk, (0, 0, 1, 0))[:, :-1]
     if key_sum != "none":
         sums = sums + chunked(q, problem) @ z.unsqueeze(-1)
-    bottom = sums + (problem.eps if eps == "inside" else 0.0)
+    bottom = sums + {"inside": problem.eps, "one": 1.0}.get(eps, 0.0)
     o = top / bottom + (problem.eps if eps == "after" else 0.0)
     return unchunked(o, problem)
 

@@ -12,8 +12,10 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Mutant:
     """`kernel` with `edits` ((old, new) pairs) applied to its source: one mistake, which the
-    checker's message must name with `named`."""
+    checker's message must name with `named`, and point at with `line` (a line of the edited
+    source, "line 12, `code`", where the fragment does not show it)."""
 
     kernel: object
     edits: tuple
     named: str
+    line: str = ""

@@ -140,4 +140,29 @@ MISTAKES = (
         (("s_desc.store([t * C, 0]", "s_desc.store([t, 0]"),),
         "program t addresses s at t·C",
     ),
+    Mutant(
+        global_positions,
+        (("s + chunk * C * C + block, scores)", "s + chunk * C * C + block, scores, mask=ok)"),),
+        "the store is masked at row N",
+        "line 14, `ok = pos[:, None] < N`",
+    ),
+    Mutant(
+        mask_arithmetic,
+        (("b_q = tl.load(q + rows", "b_q = tl.load(k + rows"),),
+        "the queries are loaded from k",
+        "look at line 29, `tl.load(k + rows",
+    ),
+    Mutant(
+        global_positions,
+        (("pos[:, None] >= pos[None, :]", "pos[:, None] >= tl.arange(0, C)[None, :]"),),
+        "the causal mask compares a place in the sequence with a place in the chunk",
+        "look at line 18, `pos[:, None] >= tl.arange(0, C)[None, :]`",
+    ),
+    Mutant(
+        global_positions,
+        (("tl.dot(a, tl.trans(b))", "tl.dot(a, b)"),),
+        "multiplies a [C, D] by b [C, D], but the columns of the first (D) must match the rows "
+        "of the second (C): tl.dot(a, tl.trans(b))?",
+        "line 17, `tl.dot(a, b)`",
+    ),
 )

@@ -195,4 +195,16 @@ MISTAKES = (
         (("p_v = tl.advance(p_v, (C, 0))", "p_v = tl.advance(p_v, (D, 0))"),),
         "each step of the loop moves v by D rows",
     ),
+    Mutant(
+        transposed_state,
+        (
+            (
+                "    for t in range(n_chunks):\n        tl.store(base",
+                "    for t in range(n_chunks):\n"
+                "        state_t = tl.zeros([DV, D], dtype=tl.float32)\n        tl.store(base",
+            ),
+        ),
+        "the state starts from zero in every chunk",
+        "look at line 40, `state_t = tl.zeros([DV, D], dtype=tl.float32)`",
+    ),
 )

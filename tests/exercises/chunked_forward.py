@@ -238,4 +238,28 @@ MISTAKES = (
         ),
         "the kernel rounds to float16 at line 108, `b_k.to(tl.float16)`",
     ),
+    Mutant(
+        pointer_walk,
+        (("qc = tl.load(q_base", "qc = tl.load(k_base"),),
+        "the queries are loaded from k",
+        "look at line 20, `tl.load(k_base",
+    ),
+    Mutant(
+        pointer_walk,
+        (("pos[:, None] >= pos[None, :]", "pos[:, None] >= tl.arange(0, C)[None, :]"),),
+        "the causal mask compares a place in the sequence with a place in the chunk",
+        "look at line 23, `pos[:, None] >= tl.arange(0, C)[None, :]`",
+    ),
+    Mutant(
+        pointer_walk,
+        (
+            (
+                "    for start in range(0, N, C):\n",
+                "    for start in range(0, N, C):\n"
+                "        kv = tl.zeros([D, DV], dtype=tl.float32)\n",
+            ),
+        ),
+        "rows see only their own chunk",
+        "look at line 18, `kv = tl.zeros([D, DV], dtype=tl.float32)`",
+    ),
 )

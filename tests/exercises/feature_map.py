@@ -79,13 +79,13 @@ MISTAKES = (
         where_with_offsets,
         (("offs_m < N", "offs_m <= N"),),
         "program 1 loads row 21 of x, past N = 21 (line 15, `tl.load(x + ptrs, mask=mask, "
-        "other=0.0)`): its mask lets it through",
+        "other=0.0)`): its mask (line 13, `mask = (offs_m <= N)[:, None]`) lets it through",
     ),
     Mutant(
         min_max_without_other,
         (("valid = row < N", "valid = col < N"),),
         "program 1 loads rows 21–31 of x, past N = 21 (line 26, `tl.load(x + row * D + col, "
-        "mask=valid)`): its mask lets them through",
+        "mask=valid)`): its mask (line 25, `valid = col < N`) lets them through",
     ),
     Mutant(where_with_offsets, (("a + 1, tl.exp(a)", "a, tl.exp(a) - 1"),), "y is elu(x): add 1"),
     Mutant(block_pointers, (("b_x + 1.0, tl.exp", "b_x, tl.exp"),), "y is x where x > 0"),
@@ -104,8 +104,8 @@ MISTAKES = (
     Mutant(
         where_with_offsets,
         (("offs_m[:, None] * D", "offs_m[:, None] * BLOCK"),),
-        "the rows of x and y are addressed BLOCK elements apart (lines 15 and 17), but a row "
-        "holds D",
+        "the rows of x and y are addressed BLOCK elements apart (line 14, `ptrs = offs_m[:, "
+        "None] * BLOCK + offs_n[None, :]`), but a row holds D",
     ),
     Mutant(
         where_with_offsets,
@@ -131,7 +131,7 @@ MISTAKES = (
     Mutant(
         tensor_descriptors,
         (("row = tl.program_id(0) * BLOCK", "row = tl.program_id(0) * D"),),
-        "program p starts x and y at row p·D (lines 44 and 45)",
+        "program p starts x and y at row p·D (line 43, `row = tl.program_id(0) * D`)",
     ),
     Mutant(
         where_with_offsets,
@@ -147,5 +147,17 @@ MISTAKES = (
             ),
         ),
         "y is off by",
+    ),
+    Mutant(
+        where_with_offsets,
+        (
+            (
+                "    mask = (offs_m < N)[:, None]\n"
+                "    ptrs = offs_m[:, None] * D + offs_n[None, :]\n",
+                "    ptrs = offs_m[:, None] * D + offs_n[None, :]\n    mask = ptrs < N\n",
+            ),
+        ),
+        "the mask of the load of x keeps the first N elements, not the first N rows",
+        "line 14, `mask = ptrs < N`",
     ),
 )

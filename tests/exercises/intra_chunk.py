@@ -132,7 +132,7 @@ MISTAKES = (
     Mutant(
         advanced_pointers,
         (("v += bh * N * DV\n    o += bh * N * DV", "v += bh * N * D\n    o += bh * N * D"),),
-        "head b of v and o is addressed at b·N·D (lines 23 and 26), but heads are N·DV elements "
+        "head b of v and o is addressed at b·N·D (lines 15 and 16), but heads are N·DV elements "
         "apart",
     ),
     Mutant(
@@ -222,5 +222,30 @@ MISTAKES = (
             ),
         ),
         "o is off by",
+        "the kernel rounds to float16 at line 24, `a.to(tl.float16)` and line 24, "
+        "`b.to(tl.float16)`, and without those roundings it is right",
+    ),
+    Mutant(
+        advanced_pointers,
+        (("q += bh * N * D\n    k += bh * N * D", "q += bh * C * D\n    k += bh * C * D"),),
+        "head b of q and k is addressed at b·C·D (lines 13 and 14), but heads are N·D elements "
+        "apart",
+    ),
+    Mutant(
+        advanced_pointers,
+        (("a = tl.load(q + offs", "a = tl.load(k + offs"),),
+        "the queries are loaded from k",
+        "look at line 21, `tl.load(k + offs",
+    ),
+    Mutant(
+        mask_arithmetic,
+        (
+            (
+                "tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]",
+                "tl.arange(0, C)[:, None] >= rows[None, :]",
+            ),
+        ),
+        "the causal mask compares a place in the sequence with a place in the chunk",
+        "look at line 73, `tl.arange(0, C)[:, None] >= rows[None, :]`",
     ),
 )

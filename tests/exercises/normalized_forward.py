@@ -256,4 +256,48 @@ MISTAKES = (
         ),
         "the kernel rounds to float16 at line 25, `a.to(tl.float16)`",
     ),
+    Mutant(
+        carried_key_sum,
+        (("tl.sum(a, axis=1) + eps", "tl.sum(a, axis=1) + 1.0"),),
+        "the denominator adds 1 where eps belongs",
+        "look at line 26, `den = tl.sum(qc * z[None, :], axis=1) + tl.sum(a, axis=1) + 1.0`",
+    ),
+    Mutant(
+        carried_key_sum,
+        (
+            (
+                "    for c in range(tl.cdiv(N, C)):\n",
+                "    for c in range(tl.cdiv(N, C)):\n"
+                "        kv = tl.zeros([D, DV], dtype=tl.float32)\n"
+                "        z = tl.zeros([D], dtype=tl.float32)\n",
+            ),
+        ),
+        "the state and the key sum start from zero in every chunk",
+        "look at line 19, `kv = tl.zeros([D, DV], dtype=tl.float32)`",
+    ),
+    Mutant(
+        cumulative_key_sum,
+        (("state += tl.dot", "state = tl.dot"), ("before += tl.sum", "before = tl.sum")),
+        "the state and the key sum hold the previous chunk alone",
+        "look at line 51, `state = tl.dot(tl.trans(b_k), b_v)`",
+    ),
+    Mutant(
+        transposed_state_in_float64,
+        (("qt = tl.load(q + r", "qt = tl.load(k + r"),),
+        "the queries are loaded from k",
+        "look at line 96, `tl.load(k + r",
+    ),
+    Mutant(
+        carried_key_sum,
+        (("pos[:, None] >= pos[None, :]", "pos[:, None] >= tl.arange(0, C)[None, :]"),),
+        "the causal mask compares a place in the sequence with a place in the chunk",
+        "look at line 24, `pos[:, None] >= tl.arange(0, C)[None, :]`",
+    ),
+    Mutant(
+        carried_key_sum,
+        (("qc * z[None, :]", "qc * z[:, None]"),),
+        "combines qc [C, D] with z[:, None] [D, 1], which do not broadcast (axis 0: C against "
+        "D); turn z[:, None] around: z[None, :]",
+        "line 26, `qc * z[:, None]`",
+    ),
 )

@@ -83,6 +83,7 @@ def test_a_mistake_is_named(name, mutant, tmp_path):
     verdict = check(name, with_mistake(mutant, tmp_path))
     assert not verdict
     assert mutant.named in verdict.message, verdict.message
+    assert mutant.line in verdict.message, verdict.message
     assert max(map(len, repr(verdict).splitlines())) <= 88  # wrapped for a notebook's output
 
 

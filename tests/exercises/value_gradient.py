@@ -215,4 +215,16 @@ MISTAKES = (
         ),
         "head b of do is addressed at b·N·D",
     ),
+    Mutant(
+        scores_then_transpose,
+        (("qq = tl.load(q + (bh", "qq = tl.load(k + (bh"),),
+        "the queries are loaded from k",
+        "look at line 18, `tl.load(k + (bh",
+    ),
+    Mutant(
+        block_pointers,
+        (("p_q = tl.make_block_ptr(q + i_bh * N * D", "p_q = tl.make_block_ptr(q + i_bh * C * D"),),
+        "head b of q is addressed at b·C·D",
+        "line 32, `p_q = tl.make_block_ptr(q + i_bh * C * D",
+    ),
 )
