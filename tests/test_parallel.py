@@ -156,9 +156,10 @@ def test_the_demo_reports_errors_bytes_and_times(tmp_path):
               "--json", {str(path)!r}])
         """
     )
-    assert "delta rule: max relative error" in output
+    assert "delta rule, N = 40: max relative error" in output
     report = json.loads(path.read_text())
-    for numbers in report["operations"].values():
+    assert [run["n"] for run in report["runs"]] == [40, 40]
+    for numbers in report["runs"]:
         assert numbers["max_relative_error"] < 1e-10
         assert numbers["bytes_per_rank"] == numbers["predicted_bytes_per_rank"]
         assert numbers["same_bytes_on_every_rank"]

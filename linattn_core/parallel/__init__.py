@@ -13,6 +13,14 @@ before it (LASP-2, Sun et al. 2025). Any backend: gloo on CPUs, nccl on GPUs.
 - `launch`: start a group of gloo processes on one machine (the demo's and the tests' way);
 - `demo`: each rank's comparison with one process; `python -m linattn_core.parallel
   --world-size 4` runs it and prints errors, bytes and times.
+
+On GPUs the processes come from `torchrun --nproc-per-node=8 script.py`, one per GPU, and the
+script sets its device and joins the group before calling the operations on its shard:
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    torch.distributed.init_process_group("nccl")
+    o = context_parallel_linear_attention(phi_q, phi_k, v)  # this rank's (B, H, N_r, ·)
 """
 
 from linattn_core.parallel.context import (

@@ -1,12 +1,13 @@
 """`python -m linattn_core.parallel --world-size 4`: one sequence over several CPU processes.
 
-Starts `--world-size` gloo processes on this machine, splits a sequence of `--n` tokens into
-equal contiguous shards, and runs context parallel linear attention and the delta rule forward
-and backward on them. Prints each operation's largest relative error against one process
-(outputs, final state, gradients; float64), the bytes each rank passed to the collectives
-(counted, and predicted by `bytes_per_rank`), and the median times of the forward and backward
-pass: the slowest rank against one process doing the whole sequence. `--json PATH` also writes
-the numbers with their provenance.
+Starts `--world-size` gloo processes on this machine, splits a sequence of `--n` tokens (one
+or several lengths) into equal contiguous shards, and runs context parallel linear attention
+and the delta rule forward and backward on them. Prints each operation's largest relative
+error against one process (outputs, final state, gradients; float64), the bytes each rank
+passed to the collectives (counted, and predicted by `bytes_per_rank`), and the median times
+of the forward and backward pass after a warm-up: the slowest rank against one process doing
+the whole sequence. `--json PATH` also writes the numbers with their provenance. On GPUs,
+`torchrun` starts the processes instead (see `linattn_core.parallel`'s docstring).
 """
 
 import argparse
@@ -47,7 +48,7 @@ def _parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--world-size", type=int, default=4, help="processes (default 4)")
-    parser.add_argument("--n", type=int, default=4096, help="tokens in all (default 4096)")
+    parser.add_argument("--n", type=int, nargs="+", default=[4096], help="tokens (4096)")
     parser.add_argument("--heads", type=int, default=2, help="heads (default 2)")
     parser.add_argument("--d", type=int, default=32, help="key features d (default 32)")
     parser.add_argument("--d-v", type=int, default=32, help="value features (default 32)")
@@ -61,64 +62,70 @@ def _parser():
 
 
 def _cases(args):
-    """Linear attention (normalized) and the delta rule on equal shards of the sequence."""
-    if args.world_size < 1 or args.n < 0:
+    """Linear attention (normalized) and the delta rule on equal shards of each length."""
+    if args.world_size < 1 or min(args.n) < 0:
         raise SystemExit("--world-size must be at least 1 and --n non-negative")
-    share, extra = divmod(args.n, args.world_size)
-    lengths = [share + (rank < extra) for rank in range(args.world_size)]
-    common = {
-        "lengths": lengths,
-        "batch": (args.heads,),
-        "d": args.d,
-        "d_v": args.d_v,
-        "dtype": DTYPES[args.dtype],
-        "seed": 0,
-        "method": args.method,
-        "reference": args.method,
-    }
-    return [dict(common, kind="linear", normalize=True), dict(common, kind="delta")]
+    cases = []
+    for n in args.n:
+        share, extra = divmod(n, args.world_size)
+        lengths = [share + (rank < extra) for rank in range(args.world_size)]
+        common = {
+            "lengths": lengths,
+            "batch": (args.heads,),
+            "d": args.d,
+            "d_v": args.d_v,
+            "dtype": DTYPES[args.dtype],
+            "seed": 0,
+            "method": args.method,
+            "reference": args.method,
+        }
+        cases += [dict(common, kind="linear", normalize=True), dict(common, kind="delta")]
+    return cases
 
 
 def _report(args, cases, results, one):
-    """Per operation: worst error over ranks and quantities, bytes per rank, times."""
+    """Per operation and length: worst error over ranks and quantities, bytes, times."""
     report = {
         "world_size": args.world_size,
-        "n": args.n,
         "heads": args.heads,
         "d": args.d,
         "d_v": args.d_v,
         "dtype": args.dtype,
         "threads": args.threads,
-        "operations": {},
+        "runs": [],
     }
     for i, case in enumerate(cases):
         ranks = [result["compare"][i] for result in results]
-        report["operations"][case["kind"]] = {
-            "max_relative_error": max(max(r["errors"].values()) for r in ranks),
-            "bytes_per_rank": ranks[0]["bytes"],
-            "predicted_bytes_per_rank": ranks[0]["predicted"],
-            "same_bytes_on_every_rank": all(r["bytes"] == ranks[0]["bytes"] for r in ranks),
-            "seconds_slowest_rank": max(result["seconds"][i] for result in results),
-            "seconds_one_process": one[i],
-        }
+        report["runs"].append(
+            {
+                "operation": case["kind"],
+                "n": sum(case["lengths"]),
+                "max_relative_error": max(max(r["errors"].values()) for r in ranks),
+                "bytes_per_rank": ranks[0]["bytes"],
+                "predicted_bytes_per_rank": ranks[0]["predicted"],
+                "same_bytes_on_every_rank": all(r["bytes"] == ranks[0]["bytes"] for r in ranks),
+                "seconds_slowest_rank": max(result["seconds"][i] for result in results),
+                "seconds_one_process": one[i],
+            }
+        )
     return report
 
 
 def _lines(args, report):
     names = {"linear": "linear attention", "delta": "delta rule"}
     yield (
-        f"{args.world_size} gloo processes ({args.threads} thread(s) each), N = {args.n} in "
-        f"equal shards, {args.heads} heads, d = {args.d}, d_v = {args.d_v}, {args.dtype}"
+        f"{args.world_size} gloo processes ({args.threads} thread(s) each), equal shards, "
+        f"{args.heads} heads, d = {args.d}, d_v = {args.d_v}, {args.dtype}"
     )
-    for kind, numbers in report["operations"].items():
-        sent = numbers["bytes_per_rank"]
+    for run in report["runs"]:
+        sent, predicted = run["bytes_per_rank"], run["predicted_bytes_per_rank"]
         yield (
-            f"{names[kind]}: max relative error against one process "
-            f"{numbers['max_relative_error']:.1e}; bytes per rank: forward {sent['forward']}, "
-            f"backward {sent['backward']}, metadata {sent['metadata']} (predicted: "
-            f"{'same' if sent == numbers['predicted_bytes_per_rank'] else 'different'}); "
-            f"forward + backward {numbers['seconds_slowest_rank']:.3f} s on "
-            f"{args.world_size} processes, {numbers['seconds_one_process']:.3f} s on one"
+            f"{names[run['operation']]}, N = {run['n']}: max relative error against one "
+            f"process {run['max_relative_error']:.1e}; bytes per rank: forward "
+            f"{sent['forward']}, backward {sent['backward']}, metadata {sent['metadata']} "
+            f"({'as' if sent == predicted else 'NOT as'} predicted); forward + backward "
+            f"{run['seconds_slowest_rank']:.3f} s on {args.world_size} processes, "
+            f"{run['seconds_one_process']:.3f} s on one"
         )
 
 

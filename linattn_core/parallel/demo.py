@@ -103,20 +103,21 @@ def mismatch(rank, world_size, cases):
 
 
 def timed(rank, world_size, case, repeats):
-    """Median seconds of this rank's forward and backward pass (ranks start together)."""
+    """Median seconds of this rank's forward and backward pass (ranks start together), after
+    one untimed warm-up run."""
     tensors = inputs(case)
     arity = 3 if case["kind"] == "linear" else 4
     rows = _shard(case, rank)
     local = [rows(x).requires_grad_() for x in tensors[:arity]]
     weights = [rows(tensors[arity]), tensors[arity + 1]]
     seconds = []
-    for _ in range(repeats):
+    for _ in range(repeats + 1):  # the first run warms up, untimed
         dist.barrier()
         start = time.perf_counter()
         loss = _forward(case, local, weights, case["method"], rank=rank)["loss"]
         torch.autograd.grad(loss, local)
         seconds.append(time.perf_counter() - start)
-    return sorted(seconds)[len(seconds) // 2]
+    return _median(seconds[1:])
 
 
 def measure(rank, world_size, cases, repeats):
@@ -132,12 +133,12 @@ def one_process_seconds(case, repeats):
     arity = 3 if case["kind"] == "linear" else 4
     args = [x.requires_grad_() for x in tensors[:arity]]
     seconds = []
-    for _ in range(repeats):
+    for _ in range(repeats + 1):  # the first run warms up, untimed
         start = time.perf_counter()
         loss = _forward(case, args, tensors[arity:], case["method"], rank=None)["loss"]
         torch.autograd.grad(loss, args)
         seconds.append(time.perf_counter() - start)
-    return sorted(seconds)[len(seconds) // 2]
+    return _median(seconds[1:])
 
 
 def _forward(case, args, weights, method, *, rank):
@@ -157,6 +158,10 @@ def _forward(case, args, weights, method, *, rank):
         out, state = context_parallel_delta_rule(*args, method=method)
         extra = (state * state_weights[rank]).sum()
     return {"out": out, "state": state, "loss": (out * out_weights).sum() + extra}
+
+
+def _median(seconds):
+    return sorted(seconds)[len(seconds) // 2]
 
 
 def _shard(case, rank):
