@@ -6,8 +6,9 @@ and the delta rule forward and backward on them. Prints each operation's largest
 error against one process (outputs, final state, gradients; float64), the bytes each rank
 passed to the collectives (counted, and predicted by `bytes_per_rank`), and the median times
 of the forward and backward pass after a warm-up: the slowest rank against one process doing
-the whole sequence. `--json PATH` also writes the numbers with their provenance. On GPUs,
-`torchrun` starts the processes instead (see `linattn_core.parallel`'s docstring).
+the whole sequence, every process with `--threads` torch threads. `--json PATH` also writes
+the numbers with their provenance. On GPUs, `torchrun` starts the processes instead (see
+`linattn_core.parallel`'s docstring).
 """
 
 import argparse
@@ -32,6 +33,7 @@ def main(argv=None):
         timeout=args.timeout,
         threads=args.threads,
     )
+    torch.set_num_threads(args.threads)  # one process with as many threads as each rank
     one = [demo.one_process_seconds(case, args.repeats) for case in cases]
     report = _report(args, cases, results, one)
     for line in _lines(args, report):
@@ -55,7 +57,7 @@ def _parser():
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
     parser.add_argument("--method", default="chunked", help="every rank's method (chunked)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median; 3)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads a process (1)")
     parser.add_argument("--timeout", type=float, default=120.0, help="collective timeout (s)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     return parser
