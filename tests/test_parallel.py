@@ -5,11 +5,13 @@ import json
 import pytest
 import torch
 
+from linattn_core.attention import linear_attention
 from linattn_core.delta import delta_rule, deltanet_inputs
 from linattn_core.parallel import (
     bytes_per_rank,
     context_parallel_delta_rule,
     context_parallel_linear_attention,
+    count_bytes,
     demo,
     launch,
 )
@@ -164,3 +166,43 @@ def test_the_demo_reports_errors_bytes_and_times(tmp_path):
         assert numbers["bytes_per_rank"] == numbers["predicted_bytes_per_rank"]
         assert numbers["same_bytes_on_every_rank"]
         assert numbers["seconds_one_process"] > 0 and numbers["seconds_slowest_rank"] > 0
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    """A process group of this process alone (gloo), for what needs no other rank."""
+    torch.distributed.init_process_group(
+        "gloo", init_method=(tmp_path / "rendezvous").as_uri(), rank=0, world_size=1
+    )
+    yield
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_16_bit_inputs_exchange_float32_states(one_rank):
+    q, k, v = random_qkv(2, n=37, d=4, d_v=3, positive=True)
+    reference = linear_attention(q, k, v, causal=True)
+    with count_bytes() as sent:
+        out = context_parallel_linear_attention(*(x.bfloat16() for x in (q, k, v)))
+    assert out.dtype == torch.bfloat16
+    assert relative_error(out, reference) < 2e-2
+    assert sent["forward"] == 2 * (3 + 1) * 4 * 4  # float32 numbers
+
+    q, k, v, beta, _ = deltanet_inputs(2, n=23, d_k=4, d_v=3)
+    low = [x.bfloat16() for x in (q, k, v, beta)]
+    o, state = context_parallel_delta_rule(*low, method="recurrent")  # no bfloat16 solve on CPUs
+    o_ref, state_ref = delta_rule(q, k, v, beta)
+    assert (o.dtype, state.dtype) == (torch.bfloat16, torch.bfloat16)
+    assert relative_error(o, o_ref) < 2e-2 and relative_error(state, state_ref) < 2e-2
+
+
+@pytest.mark.slow
+def test_one_rank_passes_gradcheck(one_rank):
+    q, k, v, beta, _ = deltanet_inputs(n=6, d_k=3, d_v=2, seed=4)
+    inputs = [x.requires_grad_() for x in (q, k, v, beta)]
+    assert torch.autograd.gradcheck(
+        lambda *x: context_parallel_delta_rule(*x, method="recurrent"), inputs
+    )
+    q, k, v = random_qkv(n=5, d=3, d_v=2, positive=True)
+    inputs = [x.requires_grad_() for x in (q, k, v)]
+    assert torch.autograd.gradcheck(context_parallel_linear_attention, inputs)
