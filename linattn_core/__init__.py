@@ -22,6 +22,8 @@ Its code is of three kinds, one place each.
   inputs, shared by the tests and the book; `provenance`: the device, versions, date and
   command stored with every measurement;
 - `kernels/`: the Triton kernels behind `method="triton"` (importing it imports triton).
+- `parallel/`: one sequence split over the processes of a `torch.distributed` group (context
+  parallelism; `import linattn_core.parallel`).
 
 **The mathematical toolkit**, `maths/` (the book's linear algebra, matrix calculus and
 probability): `linalg`, `linear_systems`, `matrix_norms`, `probability`, `random_matrices`,
