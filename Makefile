@@ -12,7 +12,7 @@ NB     ?= $(sort $(wildcard chapters/*.ipynb))
 PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext figures $(wildcard chapters/*.ipynb)
 
-.PHONY: help book serve test check lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
+.PHONY: help book serve test check lint unit unit-fast book+kernels kernels gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
         build-clean browser notebooks \
         macros lab assets venv chromium constraints clean gpu kernels-report peers
 
@@ -106,7 +106,7 @@ gpu-check:
 
 # The same code on the CPU, through the Triton interpreter, at toy sizes (part of `make test`).
 gpu-check-dry: venv
-	$(PY) -m linattn_core.bench.gpu_check --dry --out _build/gpu-check-dry
+	out=$$(mktemp -d) && $(PY) -m linattn_core.bench.gpu_check --dry --out $$out && rm -rf $$out
 
 # The compile reports: every kernel of ours for sm_80, sm_89 and sm_90 (the record `make test`
 # checks, which fails until it is re-made after a change to a kernel, a tile, a register budget or
@@ -143,13 +143,21 @@ $(PEERS): constraints.txt
 
 # --- checks -------------------------------------------------------------------------------
 # Every check CI runs, one step after another, each step's time printed (README, "Two commands").
-TEST_STEPS := lint unit gpu-compile gpu-check-dry nbval nbval-portable book browser
+# The book's build runs in one process, so the kernel checks run beside it, on the other core.
+TEST_STEPS := lint unit book+kernels nbval nbval-portable browser
 test: venv assets chromium
 	@for step in $(TEST_STEPS); do \
 	  start=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$step || { echo "make test: step '$$step' failed"; exit 1; }; \
 	  echo "make test: $$step passed in $$(( $$(date +%s) - start )) s"; \
 	done
+
+book+kernels: venv assets
+	$(MAKE) --no-print-directory -j2 --output-sync=target book kernels
+
+# The kernels' checks without a GPU: the compile check, then the GPU check's dry run.
+kernels: venv
+	$(MAKE) --no-print-directory gpu-compile gpu-check-dry
 
 # The quick tier, before every commit: lint and the package's fast unit tests (under 2 minutes).
 check: venv
