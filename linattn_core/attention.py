@@ -25,7 +25,6 @@ form carries the key sums beside the state instead.
 the keys in blocks (FlashAttention's recurrence), which saves memory but not arithmetic.
 """
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -405,13 +404,7 @@ def parallel_up_to(d):
 
 def _triton(phi_q, phi_k, v, **options):
     """The Triton kernels (`linattn_core.kernels.triton_linear_attention`) for inputs that
-    `linear_attention` checked."""
-    return _triton_kernels()(phi_q, phi_k, v, **options)
-
-
-@functools.cache
-def _triton_kernels():
-    """`linear_attention_kernels`, imported on first use: triton is optional."""
+    `linear_attention` checked, imported on first use: triton is optional."""
     try:
         from linattn_core.kernels.linear_attention.function import linear_attention_kernels
     except ImportError as error:
@@ -419,7 +412,7 @@ def _triton_kernels():
             "linear_attention: method='triton' needs the triton package (`pip install triton`, "
             f"installed with the CUDA build of torch); importing it failed: {error}"
         ) from error
-    return linear_attention_kernels
+    return linear_attention_kernels(phi_q, phi_k, v, **options)
 
 
 def _similarities(phi_q, phi_k, *, causal):
