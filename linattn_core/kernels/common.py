@@ -88,6 +88,9 @@ def check_inputs(fn, names, q, k, v, *, chunk_size):
     check_kernel_inputs(fn, names, q, v, chunk_size=chunk_size)
 
 
+# the launchers' decisions (tiles, grids, segments) for a shape, dtype and GPU: made once, kept
+per_shape = functools.lru_cache(maxsize=256)
+
 KERNEL_DTYPES = frozenset(getattr(torch, name) for name in SUPPORTED_DTYPES)
 
 

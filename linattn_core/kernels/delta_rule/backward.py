@@ -22,7 +22,8 @@ inverse: the rest of dK, dV and dβ.
 The forward quantities are recomputed by the forward's kernels, so the forward pass saves only
 its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass: the
 inputs' dtype, with the float32 tiles dR and dN as two terms of it (`split_dot`); accumulation
-in float32, and the partial dK in float32.
+in float32, and the partial dK in float32. The launcher takes its grids and tiles from the
+forward's `delta_plan`, made once per shape.
 """
 
 import torch

@@ -40,13 +40,11 @@ Layout: q, k `(B, H, N, K)`, v `(B, H, N, V)`, β `(B, H, N)`, the states at the
 as in `linattn_core.delta`; all contiguous; K, V multiples of the tiles.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, split_dot
+from linattn_core.kernels.common import dot, per_shape, split_dot
 from linattn_core.kernels.tiles import DELTA_KERNELS, tiles
 
 
@@ -268,7 +266,7 @@ def delta_output_kernel(
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_t[:, None])
 
 
-@functools.lru_cache(maxsize=256)
+@per_shape
 def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
     """The launches of the delta rule's kernels, decided once per shape: {kernel name: (grid,
     launch options)}, forward and backward."""

@@ -54,13 +54,11 @@ goes into the 16-bit operand and m multiplies the float32 result.
 Layout: q, k, dq, dk `(B, H, N, K)`; v, o, do, dv `(B, H, N, V)`; all contiguous.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, multiprocessors
+from linattn_core.kernels.common import dot, multiprocessors, per_shape
 from linattn_core.kernels.linear_attention.forward import (
     dot_state,
     initial_state,
@@ -564,7 +562,7 @@ SEGMENTS = {
 }
 
 
-@functools.lru_cache(maxsize=256)
+@per_shape
 def backward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
     """The launch decisions of a backward pass, made once per shape and GPU (`sms`
     multiprocessors): (chunks per segment, {kernel name: (grid, launch options, the shares each

@@ -38,13 +38,11 @@ multiplies the float32 product (`dot_state`).
 Layout: q, k `(B, H, N, K)` and v `(B, H, N, V)` contiguous; K, V multiples of the tiles BK, BV.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, multiprocessors
+from linattn_core.kernels.common import dot, multiprocessors, per_shape
 from linattn_core.kernels.tiles import tiles
 
 MAX_SEGMENTS = 64  # at most this many segments (rows of prefix sums) a head
@@ -265,7 +263,7 @@ def segment_length(n_chunks, programs_per_segment, multiprocessor_count):
     return -(-n_chunks // segments)
 
 
-@functools.lru_cache(maxsize=256)
+@per_shape
 def forward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
     """The launch decisions of a forward pass, made once per shape and GPU (`sms`
     multiprocessors; they read no tensor): the output kernel's launch options, the feature
