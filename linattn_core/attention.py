@@ -403,15 +403,16 @@ def parallel_up_to(d):
 
 
 def _triton(phi_q, phi_k, v, **options):
-    """`linattn_core.kernels.triton_linear_attention`, imported on first use: triton is optional."""
+    """The Triton kernels (`linattn_core.kernels.triton_linear_attention`) for inputs that
+    `linear_attention` checked, imported on first use: triton is optional."""
     try:
-        from linattn_core.kernels import triton_linear_attention
+        from linattn_core.kernels.linear_attention.function import linear_attention_kernels
     except ImportError as error:
         raise ImportError(
             "linear_attention: method='triton' needs the triton package (`pip install triton`, "
             f"installed with the CUDA build of torch); importing it failed: {error}"
         ) from error
-    return triton_linear_attention(phi_q, phi_k, v, **options)
+    return linear_attention_kernels(phi_q, phi_k, v, **options)
 
 
 def _similarities(phi_q, phi_k, *, causal):

@@ -223,10 +223,9 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
     if method == "auto":
         method = "triton" if triton_applies(q, v, chunk_size) else "chunked"
     if method == "triton":
-        from linattn_core.kernels import triton_delta_rule  # triton is optional
+        from linattn_core.kernels.delta_rule.function import delta_rule_kernels  # triton: optional
 
-        options = {"chunk_size": chunk_size, "initial_state": initial_state}
-        return triton_delta_rule(q, k, v, beta, **options)
+        return delta_rule_kernels(q, k, v, beta, chunk_size=chunk_size, initial_state=initial_state)
     if initial_state is None:
         initial_state = q.new_zeros(*q.shape[:-2], v.shape[-1], q.shape[-1])  # (..., d_v, d_k)
     if q.shape[-2] == 0:

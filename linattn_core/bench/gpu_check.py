@@ -12,12 +12,17 @@ environment, no internet: run it from a copy of the repository (`PYTHONPATH=.`).
    least once — ragged N, d 64 and 128, the output and every gradient, the delta rule with and
    without an initial state — against `KERNEL_RTOL`;
 3. host: where the host's time goes in a pass at N = 1024 (`bench.host`);
-4. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
+4. training_step: one training step (forward, loss, backward) of each operation, ours, FLA's
+   and SDPA's, eager, replayed from a CUDA graph and compiled by torch.compile, N = 1k and 4k,
+   B·H = 16 and the training shapes B = 8, H = 16, d = 64 and 128 (`bench.training`; within
+   TRAINING_SECONDS, compiled at N = 1k only);
+5. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
    bfloat16, B·H = 16, d = 64, N = 1k…64k, both operations (`gpu.gpu_benchmark`);
-5. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
+6. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
    its Python packages can be carried as wheels, see README) into DIR.
 
-It writes DIR/gpu_check.json — provenance, the checks, the host's costs, the benchmark's rows
+It writes DIR/gpu_check.json — provenance, the checks, the host's costs, the training steps, the
+benchmark's rows
 and roofline, the seconds each step took — and prints the checks and a table; it exits with 1
 when a check fails.
 --dry runs the same code on the CPU through the Triton interpreter at toy sizes: a test of the
@@ -52,6 +57,19 @@ DRY_CHECKS = (  # float16 for 16-bit: the interpreter's tl.dot mistreats bfloat1
     ("delta", "float32", 16, 70, True),
     ("delta", "float16", 16, 37, False),
 )
+TRAINING_SECONDS = 75  # the training steps' share of the check's 6 minutes (compiles included)
+
+
+def training_shapes(dry):
+    """(shapes timed eager and replayed, shapes compiled) of the training steps."""
+    if dry:
+        toy = [{"N": 64, "B": 1, "H": 2, "d": 16}]
+        return toy, toy
+    short = [{"N": n, "B": 1, "H": 16, "d": 64} for n in (1024, 4096)]
+    training = [{"N": n, "B": 8, "H": 16, "d": d} for d in (64, 128) for n in (1024, 4096)]
+    return short + training, short[:1]
+
+
 BENCH_METHODS = (
     "linear_triton",
     "fla_chunk_linear_attn",
@@ -81,7 +99,7 @@ def compile_kernels(cases, device):
 
     arch = device_arch(device)
     configs = {(op, dtype, d, flag) for op, dtype, d, _, flag in cases}
-    configs |= {("linear", "bfloat16", 64, False), ("delta", "bfloat16", 64, False)}
+    configs |= {(op, "bfloat16", d, False) for op in ("linear", "delta") for d in (64, 128)}
     launches = []
     for op, dtype, d, flag in sorted(configs):
         make = linear_launches if op == "linear" else delta_rule_launches
@@ -300,6 +318,7 @@ def main(argv=None):
 
     from linattn_core.bench.gpu import gpu_benchmark
     from linattn_core.bench.host import host_costs, host_line
+    from linattn_core.bench.training import training_line, training_step
     from linattn_core.provenance import provenance
 
     if not arguments.dry and not torch.cuda.is_available():
@@ -333,6 +352,19 @@ def main(argv=None):
     seconds["host"] = time.perf_counter() - start
     save()
     print(host_line(report["host"]), flush=True)
+    start = time.perf_counter()
+    shapes, compiled_shapes = training_shapes(arguments.dry)
+    training = {"seconds": TRAINING_SECONDS, "steps": 10, "rounds": 3}
+    if arguments.dry:  # one step a row; compiled by AOTAutograd without code generation (cheap)
+        training |= {"seconds": 600, "steps": 1, "rounds": 1, "backend": "aot_eager"}
+    report["training_step"] = training_step(
+        shapes, torch.float16 if arguments.dry else torch.bfloat16, device,
+        compiled_shapes=compiled_shapes, **training,
+    )  # fmt: skip
+    seconds["training_step"] = time.perf_counter() - start
+    save()
+    for row in report["training_step"]:
+        print(training_line(row), flush=True)
     dtype = torch.float16 if arguments.dry else torch.bfloat16
     report["rows"] = []
     for op in ("linear", "delta"):  # saved after each: the delta rule's rows may not fit a budget

@@ -11,7 +11,9 @@ full), in microseconds:
 - ours: `linear_attention(method="triton")`, unnormalized as in the benchmark (whose kernels the
   check has compiled), forward, forward and backward, the latter also with autograd's device
   threads off (`set_multithreading_enabled(False)`: the backward pass then runs on the calling
-  thread), and the launchers alone, without autograd;
+  thread), the launchers alone, without autograd, and forward and backward through the
+  torch.library operators that torch.compile traces (`kernels/ops.py`), called eagerly;
+- the delta rule (`delta_rule(method="triton")`), forward and backward;
 - SDPA forward and backward, for scale.
 
 Together with `kernels.tools.launches.host_work` (launches and torch operations per call, counted
@@ -24,9 +26,11 @@ import torch
 import triton
 
 from linattn_core.attention import linear_attention
+from linattn_core.delta import delta_rule
 from linattn_core.kernels.common import device_arch
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
+from linattn_core.kernels.ops import causal_linear_attention
 from linattn_core.kernels.tools.launches import host_work
 
 
@@ -84,6 +88,15 @@ def host_costs(device, *, n=1024, heads=16, d=64, dtype=torch.bfloat16, calls=30
     def ours():
         return linear_attention(q, k, v, causal=True, normalize=False, method="triton")
 
+    def ours_operators():  # the path torch.compile traces, called eagerly: the dispatcher's cost
+        return causal_linear_attention(q, k, v, None, None, False, 1e-6, 64, False)[0]
+
+    beta = torch.rand(1, heads, n, generator=generator, device=device, dtype=dtype)
+    beta.requires_grad_()
+
+    def delta():
+        return delta_rule(q, k, v, beta, method="triton")[0]
+
     def sdpa():
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -101,6 +114,8 @@ def host_costs(device, *, n=1024, heads=16, d=64, dtype=torch.bfloat16, calls=30
         ),
         "launchers_bwd": lambda: chunk_linear_attention_bwd(*detached, o32, rden, grad, **options),
         "sdpa_fwd_bwd": backward(sdpa),
+        "ours_operators_fwd_bwd": backward(ours_operators),
+        "delta_fwd_bwd": lambda: torch.autograd.grad(delta(), (*leaves, beta), grad),
     }
     count = {"calls": calls, "warmup": warmup}
     costs = {name: per_call_us(step, device, **count) for name, step in steps.items()}

@@ -6,8 +6,10 @@ Laid out like flash-linear-attention's `ops/`: one folder per operation,
                         function.py (the autograd Function and `triton_linear_attention`)
     delta_rule/         the same for the delta rule (`triton_delta_rule`)
 
-beside what they share: `common.py` (the matrix product `dot`, `INTERPRETED`, the device, and the
-one rule for the inputs the kernels accept, `check_inputs`) and `tiles.py` (tiles, warps and
+and `ops.py`, which registers both operations' passes as torch.library operators
+(`linattn::linear_attention_forward`, …) for `torch.compile`, beside what they share:
+`common.py` (the matrix product `dot`, `INTERPRETED`, the device, and the one rule for the
+inputs the kernels accept, `check_inputs`) and `tiles.py` (tiles, warps and
 stages per kernel and GPU architecture). `tools/` holds what studies the kernels rather than
 running them: the compile check (`python -m linattn_core.kernels.compile`), the launch
 recorder it uses, the memory tracer of the interpreter and the cost model.
@@ -22,6 +24,7 @@ environment variable TRITON_INTERPRET=1 is set before triton is first imported i
 at the top of a script or notebook, or as `TRITON_INTERPRET=1 python ...`.
 """
 
+from linattn_core.kernels import ops  # registers the operators linattn::… for torch.compile
 from linattn_core.kernels.common import (
     INTERPRETED,
     SUPPORTED_CHUNK_SIZES,
@@ -41,6 +44,7 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "CausalLinearAttention",
     "DeltaRule",
+    "ops",
     "triton_delta_rule",
     "triton_linear_attention",
 ]

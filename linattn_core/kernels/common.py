@@ -85,6 +85,29 @@ def check_inputs(fn, names, q, k, v, *, chunk_size):
     """Refuse, with the reason, inputs the kernels cannot run on (the rule in the module's
     docstring); `names` are the three inputs' names in the caller's signature."""
     check_attention_inputs(fn, names, q, k, v)
+    check_kernel_inputs(fn, names, q, v, chunk_size=chunk_size)
+
+
+# the launchers' decisions (tiles, grids, segments) for a shape, dtype and GPU: made once, kept
+per_shape = functools.lru_cache(maxsize=256)
+
+KERNEL_DTYPES = frozenset(getattr(torch, name) for name in SUPPORTED_DTYPES)
+
+
+def check_kernel_inputs(fn, names, q, v, *, chunk_size):
+    """What the kernels add to `check_attention_inputs`, which q, k, v passed: their feature
+    dimensions, dtypes, chunk sizes and devices. Accepted inputs cost a few comparisons; the
+    others get `check_inputs`' error."""
+    device = q.device.type
+    if (
+        type(chunk_size) is int
+        and chunk_size in SUPPORTED_CHUNK_SIZES
+        and q.shape[-1] in SUPPORTED_DIMS
+        and v.shape[-1] in SUPPORTED_DIMS
+        and q.dtype in KERNEL_DTYPES
+        and (device == "cuda" or (device == "cpu" and INTERPRETED))
+    ):
+        return
     q_name, _, v_name = names
     for name, x, dim in ((q_name, q, "d"), (v_name, v, "d_v")):
         if x.shape[-1] not in SUPPORTED_DIMS:

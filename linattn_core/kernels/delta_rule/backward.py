@@ -22,7 +22,8 @@ inverse: the rest of dK, dV and dβ.
 The forward quantities are recomputed by the forward's kernels, so the forward pass saves only
 its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass: the
 inputs' dtype, with the float32 tiles dR and dN as two terms of it (`split_dot`); accumulation
-in float32, and the partial dK in float32.
+in float32, and the partial dK in float32. The launcher takes its grids and tiles from the
+forward's `delta_plan`, made once per shape.
 """
 
 import torch
@@ -30,8 +31,7 @@ import triton
 import triton.language as tl
 
 from linattn_core.kernels.common import dot, split_dot
-from linattn_core.kernels.delta_rule.forward import delta_prepare, delta_states
-from linattn_core.kernels.tiles import tiles
+from linattn_core.kernels.delta_rule.forward import delta_plan, delta_prepare, delta_states
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -237,35 +237,30 @@ def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, ar
     the outputs and `ds_final` of the final state. Inputs contiguous."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
-    n_chunks = triton.cdiv(n, chunk_size)
     sizes = (n, d_k, d_v, chunk_size)
-    a, w, u_free = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, store_a=True)
+    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    prepared = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, store_a=True, plan=plan)
+    a, w, u_free = prepared
     u = torch.empty_like(u_free)
-    h, _ = delta_states(k, w, u_free, u, initial_state, chunk_size=chunk_size, arch=arch)
+    h, _ = delta_states(k, w, u_free, u, initial_state, chunk_size=chunk_size, plan=plan)
 
-    tile = tiles("delta_du_local", arch, d_k, d_v, v.dtype)
     du = torch.empty_like(v)
-    grid = (d_v // tile.block_v, n_chunks, batch * heads)
-    delta_du_local_kernel[grid](q, k, do, du, *sizes, **tile.launch_options)
-    tile = tiles("delta_states_bwd", arch, d_k, d_v, v.dtype)
+    grid, options = plan["delta_du_local"]
+    delta_du_local_kernel[grid](q, k, do, du, *sizes, **options)
     dh = torch.empty_like(h)
     ds0 = None if initial_state is None else torch.empty_like(initial_state)
-    delta_states_bwd_kernel[(d_v // tile.block_v, batch * heads)](
-        q, k, w, do, ds_final, dh, du, ds0, *sizes, BV=tile.block_v, **tile.run_options,
-    )  # fmt: skip
+    grid, options = plan["delta_states_bwd"]
+    delta_states_bwd_kernel[grid](q, k, w, do, ds_final, dh, du, ds0, *sizes, **options)
 
-    tile = tiles("delta_dqk", arch, d_k, d_v, v.dtype)
     dq = torch.empty_like(q)
     dk_partial, dw = torch.empty_like(q, dtype=torch.float32), torch.empty_like(q)
-    grid = (d_k // tile.block_k, n_chunks, batch * heads)
-    delta_dqk_kernel[grid](
-        q, k, u, do, h, dh, du, dq, dk_partial, dw, *sizes, **tile.launch_options
-    )
+    grid, options = plan["delta_dqk"]
+    delta_dqk_kernel[grid](q, k, u, do, h, dh, du, dq, dk_partial, dw, *sizes, **options)
     del u, h, dh  # the last kernel allocates dk and dv: free what it does not read
 
-    tile = tiles("delta_wy", arch, d_k, d_v, v.dtype)
     dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
-    delta_wy_kernel[(n_chunks, batch * heads)](
-        k, v, beta, a, w, u_free, dw, du, dk_partial, dk, dv, dbeta, *sizes, **tile.launch_options
+    grid, options = plan["delta_wy"]
+    delta_wy_kernel[grid](
+        k, v, beta, a, w, u_free, dw, du, dk_partial, dk, dv, dbeta, *sizes, **options
     )
     return dq, dk, dv, dbeta, ds0

@@ -44,8 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, split_dot
-from linattn_core.kernels.tiles import tiles
+from linattn_core.kernels.common import dot, per_shape, split_dot
+from linattn_core.kernels.tiles import DELTA_KERNELS, tiles
 
 
 @triton.jit
@@ -266,55 +266,72 @@ def delta_output_kernel(
     tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_t[:, None])
 
 
+@per_shape
+def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
+    """The launches of the delta rule's kernels, decided once per shape: {kernel name: (grid,
+    launch options)}, forward and backward."""
+    n_chunks, bh = -(-n // chunk_size), batch * heads
+    plan = {}
+    for name in DELTA_KERNELS:
+        tile = tiles(name, arch, d_k, d_v, dtype)
+        options = tile.launch_options
+        if name in ("delta_prepare", "delta_wy"):
+            grid = (n_chunks, bh)
+        elif name in ("delta_states", "delta_states_bwd"):  # a walk over the chunks per head
+            grid, options = (d_v // tile.block_v, bh), {"BV": tile.block_v} | tile.run_options
+        elif name == "delta_dqk":
+            grid = (d_k // tile.block_k, n_chunks, bh)
+        else:  # delta_output, delta_du_local
+            grid = (d_v // tile.block_v, n_chunks, bh)
+        plan[name] = (grid, options)
+    return plan
+
+
 def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch):
     """The delta rule's forward pass: (o `(B, H, N, V)`, the final state `(B, H, V, K)`), both in
     v's dtype. Inputs contiguous; `initial_state` `(B, H, V, K)` or None."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
-    _, w, u = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch)
-    h, final = delta_states(k, w, u, u, initial_state, chunk_size=chunk_size, arch=arch)
+    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    _, w, u = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, plan=plan)
+    h, final = delta_states(k, w, u, u, initial_state, chunk_size=chunk_size, plan=plan)
     del w
-    tile = tiles("delta_output", arch, d_k, d_v, v.dtype)
     o = torch.empty_like(v)
-    grid = (d_v // tile.block_v, triton.cdiv(n, chunk_size), batch * heads)
-    delta_output_kernel[grid](q, k, u, h, o, n, d_k, d_v, chunk_size, **tile.launch_options)
+    grid, options = plan["delta_output"]
+    delta_output_kernel[grid](q, k, u, h, o, n, d_k, d_v, chunk_size, **options)
     return o, final
 
 
-def delta_states(k, w, u_free, u, initial_state, *, chunk_size, arch):
+def delta_states(k, w, u_free, u, initial_state, *, chunk_size, plan):
     """Launch `delta_states_kernel`, which writes U into `u` (which may be `u_free`, Ũ): (the
     states Sᵀ at the chunks' starts `(B, H, NT, K, V)`, the final state `(B, H, V, K)`), in u's
     dtype."""
     batch, heads, n, d_k = k.shape
     d_v = u.shape[-1]
-    tile = tiles("delta_states", arch, d_k, d_v, u.dtype)
-    h = u.new_empty(batch, heads, triton.cdiv(n, chunk_size), d_k, d_v)
+    h = u.new_empty(batch, heads, -(-n // chunk_size), d_k, d_v)
     final = u.new_empty(batch, heads, d_v, d_k)
-    grid = (d_v // tile.block_v, batch * heads)
+    grid, options = plan["delta_states"]
     delta_states_kernel[grid](
-        k, w, u_free, u, initial_state, h, final, n, d_k, d_v, chunk_size, BV=tile.block_v,
-        **tile.run_options,
-    )  # fmt: skip
+        k, w, u_free, u, initial_state, h, final, n, d_k, d_v, chunk_size, **options
+    )
     return h, final
 
 
-def delta_prepare(k, v, beta, *, chunk_size, arch, store_a=False):
+def delta_prepare(k, v, beta, *, chunk_size, arch, store_a=False, plan=None):
     """Launch `delta_prepare_kernel`: (A `(B, H, NT·C, C)` in k's dtype when `store_a`, else
-    None; W; Ũ) for every chunk."""
+    None; W; Ũ) for every chunk. `plan`: `delta_plan`'s for these inputs (made when None)."""
     batch, heads, n, d_k = k.shape
     d_v = v.shape[-1]
-    n_chunks = triton.cdiv(n, chunk_size)
-    tile = tiles("delta_prepare", arch, d_k, d_v, v.dtype)
-    rows = (batch, heads, n_chunks * chunk_size)
+    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    rows = (batch, heads, -(-n // chunk_size) * chunk_size)
     a = k.new_empty(*rows, chunk_size) if store_a else None
     if store_a and a.element_size() == 2:  # a 16-bit A has the bytes of the float32 blocks
         scratch = a.view(torch.float32)
     else:
         scratch = k.new_empty(*rows, chunk_size // 2, dtype=torch.float32)
     w, u = torch.empty_like(k), torch.empty_like(v)
-    grid = (n_chunks, batch * heads)
+    grid, options = plan["delta_prepare"]
     delta_prepare_kernel[grid](
-        k, v, beta, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a,
-        **tile.launch_options,
-    )  # fmt: skip
+        k, v, beta, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a, **options
+    )
     return a, w, u

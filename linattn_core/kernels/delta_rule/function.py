@@ -13,37 +13,48 @@ import math
 
 import torch
 
-from linattn_core.kernels.common import check_inputs, device_arch
+from linattn_core.kernels.common import check_inputs, check_kernel_inputs, device_arch
 from linattn_core.kernels.delta_rule.backward import delta_rule_bwd
 from linattn_core.kernels.delta_rule.forward import delta_rule_fwd
 from linattn_core.kernels.tiles import kernel_chunk
 
 
+def delta_forward(q, k, v, beta, s0, chunk_size):
+    """The forward pass on contiguous `(B, H, N, ·)` inputs: (o, the final state)."""
+    if v.numel() == 0:  # no heads: nothing to launch
+        state = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0
+        return torch.empty_like(v), state.clone()
+    options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
+    return delta_rule_fwd(q, k, v, beta, s0, **options)
+
+
+def delta_backward(q, k, v, beta, s0, do, ds, chunk_size):
+    """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or None without S_0) for the gradients of the
+    outputs and of the final state, on the forward pass's contiguous inputs."""
+    if v.numel() == 0:
+        zeros = (torch.zeros_like(x) for x in (q, k, v, beta))
+        return *zeros, None if s0 is None else ds.clone()
+    options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
+    return delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), **options)
+
+
 class DeltaRule(torch.autograd.Function):
-    """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`."""
+    """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`.
+    Eager mode's path: `torch.compile` traces the same passes as the operators
+    `linattn::delta_rule_forward` and `_backward` (`ops.py`)."""
 
     @staticmethod
     def forward(ctx, q, k, v, beta, initial_state, chunk_size):
-        q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+        q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
         s0 = None if initial_state is None else initial_state.contiguous()
-        ctx.options = {
-            "chunk_size": kernel_chunk(chunk_size, v.dtype),
-            "arch": device_arch(v.device),
-        }
+        ctx.chunk_size = chunk_size
         ctx.save_for_backward(q, k, v, beta, s0)
-        if v.numel() == 0:  # no heads: nothing to launch
-            state = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0
-            return torch.empty_like(v), state.clone()
-        return delta_rule_fwd(q, k, v, beta, s0, **ctx.options)
+        return delta_forward(q, k, v, beta, s0, chunk_size)
 
     @staticmethod
     def backward(ctx, do, ds):
         q, k, v, beta, s0 = ctx.saved_tensors
-        if v.numel() == 0:
-            zeros = (torch.zeros_like(x) for x in (q, k, v, beta))
-            return *zeros, None if s0 is None else ds.clone(), None
-        grads = delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), **ctx.options)
-        return *grads, None
+        return *delta_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size), None
 
 
 def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
@@ -69,12 +80,26 @@ def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
         (o, S): outputs `(..., N, d_v)` and the final state `(..., d_v, d_k)`, in the inputs' dtype.
     """
     check_inputs("delta_rule", ("q", "k", "v"), q, k, v, chunk_size=chunk_size)
+    return delta_rule_kernels(q, k, v, beta, chunk_size=chunk_size, initial_state=initial_state)
+
+
+def delta_rule_kernels(q, k, v, beta, *, chunk_size, initial_state):
+    """`triton_delta_rule` for inputs that passed `delta_rule`'s checks: what the kernels add to
+    them (`check_kernel_inputs`), and the passes, in eager mode through `DeltaRule`, under
+    `torch.compile` through the operators of `ops.py`."""
+    check_kernel_inputs("delta_rule", ("q", "k", "v"), q, v, chunk_size=chunk_size)
     *batch, n, d_k = q.shape
     d_v = v.shape[-1]
-    heads = math.prod(batch)  # any leading dimensions become (1, heads)
-    q, k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (q, k, v))
-    beta = beta.reshape(1, heads, n)
-    if initial_state is not None:
-        initial_state = initial_state.reshape(1, heads, d_v, d_k)
-    o, state = DeltaRule.apply(q, k, v, beta, initial_state, chunk_size)
+    apply = DeltaRule.apply
+    if torch.compiler.is_compiling():
+        from linattn_core.kernels.ops import delta_rule as apply
+    if len(batch) != 2:  # other leading dimensions become (1, heads)
+        heads = math.prod(batch)
+        q, k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (q, k, v))
+        beta = beta.reshape(1, heads, n)
+        if initial_state is not None:
+            initial_state = initial_state.reshape(1, heads, d_v, d_k)
+    o, state = apply(q, k, v, beta, initial_state, chunk_size)
+    if len(batch) == 2:
+        return o, state
     return o.reshape(*batch, n, d_v), state.reshape(*batch, d_v, d_k)

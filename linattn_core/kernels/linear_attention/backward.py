@@ -58,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, multiprocessors
+from linattn_core.kernels.common import dot, multiprocessors, per_shape
 from linattn_core.kernels.linear_attention.forward import (
     dot_state,
     initial_state,
@@ -490,49 +490,45 @@ def chunk_linear_attention_bwd(
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     normalize = rden is not None
-    n_chunks = triton.cdiv(n, chunk_size)
-    tile = tiles("segment_dq", arch, d_k, d_v, v.dtype)
-    programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
-    segment = segment or segment_length(n_chunks, programs, multiprocessors(v.device))
-    n_segments = triton.cdiv(n_chunks, segment)
+    segment, launches = backward_plan(
+        batch, heads, n, d_k, d_v, v.dtype, multiprocessors(v.device), chunk_size, arch, segment
+    )
     go = (do * o).sum(dim=-1) if normalize else None  # g·o = −a (B, H, N), float32 as o
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
-    def launch(kernel, name, *args, outputs=(), sizes=(n, segment)):
-        """kernel[grid](*args, *outputs, *sizes, …) with the tile of `name`, a program per state
-        tile, segment and head. `outputs`: (gradient, "k" or "v"), a gradient whose sum runs over
-        the kernel's feature ("k") or value ("v") tiles; where there are several, each tile
-        writes its share in float32, and the shares are added up here."""
-        tile = tiles(name, arch, d_k, d_v, v.dtype)
-        tiles_k, tiles_v = d_k // tile.block_k, d_v // tile.block_v
-        written = []
-        for grad, over in outputs:
-            shares = tiles_k if over == "k" else tiles_v
-            shape = (shares, *grad.shape)
-            written.append(grad if shares == 1 else grad.new_empty(shape, dtype=torch.float32))
-        kernel[(tiles_k * tiles_v, n_segments, batch * heads)](
-            *args, *written, *sizes, d_k, d_v, chunk_size, NORMALIZE=normalize,
-            **tile.launch_options,
-        )  # fmt: skip
-        for (grad, _), out in zip(outputs, written, strict=True):
+    def launch(kernel, *args, outputs=(), sizes=(n, segment)):
+        """kernel[grid](*args, *outputs, *sizes, …) as `backward_plan` planned it. `outputs`:
+        the gradients the kernel writes; where a gradient's sum runs over several of the
+        kernel's tiles (`shares` > 1), each tile writes its share in float32, and the shares
+        are added up here."""
+        grid, options, shares = launches[kernel.fn.__name__]
+        written = [
+            grad if share == 1 else grad.new_empty((share, *grad.shape), dtype=torch.float32)
+            for grad, share in zip(outputs, shares, strict=True)
+        ]
+        kernel[grid](*args, *written, *sizes, d_k, d_v, chunk_size, NORMALIZE=normalize, **options)
+        for grad, out in zip(outputs, written, strict=True):
             if out is not grad:
                 grad.copy_(out.sum(dim=0))
 
     h0, z0 = initial_state or (None, None)
     d_final, y_final = final_state_grad or (None, None)
-    if n_segments == 1:  # one walk there and back: no sums
+    if "walk_bwd_kernel" in launches:  # one walk there and back: no sums
         dh0 = dz0 = None
         if initial_state_grad:
             dh0 = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
             dz0 = q.new_empty(batch, heads, d_k, dtype=torch.float32) if normalize else None
-        d_final, y_final = (None if g is None else g.contiguous() for g in (d_final, y_final))
+        if d_final is not None:
+            d_final = d_final.contiguous()
+        if y_final is not None:
+            y_final = y_final.contiguous()
         launch(
-            walk_bwd_kernel, "walk_bwd", q, k, v, do, rden, go, h0, z0, d_final, y_final, dh0,
-            dz0, outputs=((dq, "v"), (dk, "v"), (dv, "k")), sizes=(n,),
+            walk_bwd_kernel, q, k, v, do, rden, go, h0, z0, d_final, y_final, dh0, dz0,
+            outputs=(dq, dk, dv), sizes=(n,),
         )  # fmt: skip
         return dq, dk, dv, (dh0, dz0) if initial_state_grad else None
 
-    rows = n_segments + 1  # the initial state, then each segment's sums
+    rows = launches["segment_dq_kernel"][0][1] + 1  # the initial state, then each segment's sums
     hs, ds = (q.new_empty(batch, heads, rows, d_k, d_v, dtype=torch.float32) for _ in "hd")
     zs, ys = (
         (q.new_empty(batch, heads, rows, d_k, dtype=torch.float32) for _ in "zy")
@@ -540,16 +536,48 @@ def chunk_linear_attention_bwd(
         else (None, None)
     )
     sums = (hs, zs, ds, ys)
-    launch(segment_sums_bwd_kernel, "segment_sums_bwd", q, k, v, do, rden, go, h0, z0, *sums)
+    launch(segment_sums_bwd_kernel, q, k, v, do, rden, go, h0, z0, *sums)
     for prefix in sums if normalize else (hs, ds):
         prefix.cumsum_(dim=2)  # row s: the sums before segment s
     if d_final is not None:
         ds[:, :, -1] += d_final.mT
     if normalize and y_final is not None:
         ys[:, :, -1] += y_final
-    launch(segment_dq_kernel, "segment_dq", k, v, do, rden, go, hs, zs, outputs=((dq, "v"),))
-    launch(segment_dk_kernel, "segment_dk", q, v, do, rden, go, ds, ys, outputs=((dk, "v"),))
-    launch(segment_dv_kernel, "segment_dv", q, k, do, rden, ds, outputs=((dv, "k"),))
+    launch(segment_dq_kernel, k, v, do, rden, go, hs, zs, outputs=(dq,))
+    launch(segment_dk_kernel, q, v, do, rden, go, ds, ys, outputs=(dk,))
+    launch(segment_dv_kernel, q, k, do, rden, ds, outputs=(dv,))
     if not initial_state_grad:
         return dq, dk, dv, None
     return dq, dk, dv, (ds[:, :, -1].mT, ys[:, :, -1] if normalize else None)
+
+
+# the kernels of a backward pass: one walk, or segments; for each, the gradients it writes and
+# the tiles ("k": feature, "v": value) whose shares they sum
+WALK = {"walk_bwd": ("v", "v", "k")}
+SEGMENTS = {
+    "segment_sums_bwd": (),
+    "segment_dq": ("v",),
+    "segment_dk": ("v",),
+    "segment_dv": ("k",),
+}
+
+
+@per_shape
+def backward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
+    """The launch decisions of a backward pass, made once per shape and GPU (`sms`
+    multiprocessors): (chunks per segment, {kernel name: (grid, launch options, the shares each
+    gradient it writes is cut into)}), the kernels of one walk (`walk_bwd_kernel`, a sequence
+    of one segment) or of segments."""
+    tile = tiles("segment_dq", arch, d_k, d_v, dtype)
+    n_chunks = -(-n // chunk_size)
+    programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
+    segment = segment or segment_length(n_chunks, programs, sms)
+    n_segments = -(-n_chunks // segment)
+    launches = {}
+    for name, overs in (WALK if n_segments == 1 else SEGMENTS).items():
+        tile = tiles(name, arch, d_k, d_v, dtype)
+        tiles_k, tiles_v = d_k // tile.block_k, d_v // tile.block_v
+        shares = tuple(tiles_k if over == "k" else tiles_v for over in overs)
+        grid = (tiles_k * tiles_v, n_segments, batch * heads)
+        launches[f"{name}_kernel"] = (grid, tile.launch_options, shares)
+    return segment, launches

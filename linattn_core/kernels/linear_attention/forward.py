@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, multiprocessors
+from linattn_core.kernels.common import dot, multiprocessors, per_shape
 from linattn_core.kernels.tiles import tiles
 
 MAX_SEGMENTS = 64  # at most this many segments (rows of prefix sums) a head
@@ -263,22 +263,47 @@ def segment_length(n_chunks, programs_per_segment, multiprocessor_count):
     return -(-n_chunks // segments)
 
 
+@per_shape
+def forward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
+    """The launch decisions of a forward pass, made once per shape and GPU (`sms`
+    multiprocessors; they read no tensor): the output kernel's launch options, the feature
+    tiles `split` it is cut into, the chunks per segment (`segment`, or `segment_length`'s),
+    the grid, and for a sequence of several segments the sums kernel's options, grid and
+    number of segments (else None)."""
+    tile = tiles("segment_output", arch, d_k, d_v, dtype)
+    n_chunks = -(-n // chunk_size)
+    split = d_k // tile.block_k
+    programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
+    segment = segment or segment_length(n_chunks, programs, sms)
+    n_segments = -(-n_chunks // segment)
+    sums = None
+    if n_segments > 1:
+        sums_tile = tiles("segment_sums", arch, d_k, d_v, dtype)
+        sums_grid = (
+            (d_k // sums_tile.block_k) * (d_v // sums_tile.block_v),
+            n_segments,
+            batch * heads,
+        )
+        sums = (sums_tile.launch_options, sums_grid, n_segments)
+    grid = (split * d_v // tile.block_v, n_segments, batch * heads)
+    return tile.launch_options, split, segment, grid, sums
+
+
 def segment_sums(k, v, initial_state=None, *, normalize, chunk_size, segment, arch):
     """Launch `segment_sums_kernel`: (S_0 then Σ kᵀv over segments of `segment` chunks,
     `(B, H, NS + 1, K, V)` float32; z_0 then Σ k, `(B, H, NS + 1, K)` float32 or None).
     `initial_state`: (S_0 `(B, H, V, K)`, z_0 `(B, H, K)` or None) contiguous, or None."""
     batch, heads, n, d_k = k.shape
     d_v = v.shape[-1]
-    n_segments = triton.cdiv(triton.cdiv(n, chunk_size), segment)
-    tile = tiles("segment_sums", arch, d_k, d_v, v.dtype)
+    sms = multiprocessors(v.device)
+    plan = forward_plan(batch, heads, n, d_k, d_v, v.dtype, sms, chunk_size, arch, segment)
+    options, grid, n_segments = plan[-1]
     hs = k.new_empty(batch, heads, n_segments + 1, d_k, d_v, dtype=torch.float32)
     zs = k.new_empty(batch, heads, n_segments + 1, d_k, dtype=torch.float32) if normalize else None
     h0, z0 = initial_state or (None, None)
-    grid = ((d_k // tile.block_k) * (d_v // tile.block_v), n_segments, batch * heads)
     segment_sums_kernel[grid](
-        k, v, h0, z0, hs, zs, n, segment, d_k, d_v, chunk_size, NORMALIZE=normalize,
-        **tile.launch_options,
-    )  # fmt: skip
+        k, v, h0, z0, hs, zs, n, segment, d_k, d_v, chunk_size, NORMALIZE=normalize, **options
+    )
     return hs, zs
 
 
@@ -296,12 +321,11 @@ def chunk_linear_attention_fwd(
     to rounding what the gradient of φ(q) keeps after a cancellation)."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
-    tile = tiles("segment_output", arch, d_k, d_v, v.dtype)
-    n_chunks = triton.cdiv(n, chunk_size)
-    split, programs = d_k // tile.block_k, batch * heads * d_k * d_v // tile.block_k // tile.block_v
-    segment = segment or segment_length(n_chunks, programs, multiprocessors(v.device))
+    options, split, segment, grid, sums = forward_plan(
+        batch, heads, n, d_k, d_v, v.dtype, multiprocessors(v.device), chunk_size, arch, segment
+    )
     h0, z0 = initial_state or (None, None)
-    if segment >= n_chunks:  # one walk from (S_0, z_0), which writes the final state
+    if sums is None:  # one walk from (S_0, z_0), which writes the final state
         hs = zs = hn = zn = None
         if final_state:
             hn = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
@@ -312,8 +336,8 @@ def chunk_linear_attention_fwd(
             k, v, initial_state, normalize=normalize, chunk_size=chunk_size, segment=segment,
             arch=arch,
         )  # fmt: skip
-        for sums in (hs, zs) if normalize else (hs,):
-            sums.cumsum_(dim=2)  # row s: the state before segment s; the last: the final state
+        for prefix in (hs, zs) if normalize else (hs,):
+            prefix.cumsum_(dim=2)  # row s: the state before segment s; the last: the final state
         h0 = z0 = hn = zn = None  # S_0, z_0 are row 0
         final = (hs[:, :, -1].mT, zs[:, :, -1] if normalize else None) if final_state else None
     o32 = None
@@ -325,10 +349,9 @@ def chunk_linear_attention_fwd(
     else:  # each feature tile's share of the numerator and of the denominator
         o = v.new_empty(split, batch, heads, n, d_v, dtype=torch.float32)
         rden = q.new_empty(split, batch, heads, n, dtype=torch.float32) if normalize else None
-    grid = (split * d_v // tile.block_v, triton.cdiv(n_chunks, segment), batch * heads)
     segment_output_kernel[grid](
         q, k, v, hs, zs, h0, z0, hn, zn, o, o32, rden, n, segment, eps, d_k, d_v, chunk_size,
-        NORMALIZE=normalize, **tile.launch_options,
+        NORMALIZE=normalize, **options,
     )  # fmt: skip
     if split == 1:
         return o, rden, o32 if o32 is not None else (o if keep_float32 else None), final

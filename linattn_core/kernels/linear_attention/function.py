@@ -23,63 +23,91 @@ import math
 
 import torch
 
-from linattn_core.kernels.common import check_inputs, device_arch
+from linattn_core.kernels.common import check_kernel_inputs, device_arch
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import kernel_chunk
-from linattn_core.validation import check_eps
+from linattn_core.validation import check_attention_inputs, check_eps
+
+
+def linear_forward(q, k, v, s0, z0, normalize, eps, chunk_size, final, keep):
+    """The forward pass on contiguous `(B, H, N, ·)` inputs: (o, o in float32 for the backward
+    pass when `keep` (o itself for float32 inputs) else None, r `(B, H, N)` float32 or None
+    (not normalized), S_N and z_N in v's dtype, or None when not `final`)."""
+    options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
+    if v.numel() == 0:  # no tokens or no heads: the state passes through
+        if not final:
+            return torch.empty_like(v), None, None, None, None
+        s_n = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0.clone()
+        z_n = q.new_zeros(q.shape[:2] + q.shape[3:]) if z0 is None else z0.clone()
+        return torch.empty_like(v), None, None, s_n, z_n if normalize else None
+    o, rden, o32, final_state = chunk_linear_attention_fwd(
+        q, k, v, None if s0 is None else (s0, z0), normalize=normalize, eps=eps,
+        keep_float32=keep, final_state=final, **options,
+    )  # fmt: skip
+    if not final:
+        return o, o32, rden, None, None
+    s_n, z_n = final_state
+    return o, o32, rden, s_n.to(v.dtype), None if z_n is None else z_n.to(v.dtype)
+
+
+def linear_backward(q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chunk_size):
+    """The gradients (dq, dk, dv, ∂L/∂S_0, ∂L/∂z_0) for the output gradient `do` and the final
+    state's (ds_n, dz_n, each None when unused) on the forward pass's contiguous inputs, its
+    float32 o and r (`linear_forward`); the initial state's in v's dtype when `initial_grad`
+    and the state was given, else None."""
+    if v.numel() == 0:  # the final state was the initial one
+        zeros = (torch.zeros_like(x) for x in (q, k, v))
+        passed = (
+            None if x is None or not initial_grad else torch.zeros_like(x) if g is None else g
+            for g, x in ((ds_n, s0), (dz_n, z0))
+        )
+        return *zeros, *passed
+    dq, dk, dv, initial = chunk_linear_attention_bwd(
+        q, k, v, o, rden, torch.zeros_like(v) if do is None else do.contiguous(),
+        None if s0 is None else (s0, z0),
+        None if ds_n is None and dz_n is None else (ds_n, dz_n),
+        initial_state_grad=initial_grad, chunk_size=kernel_chunk(chunk_size, v.dtype),
+        arch=device_arch(v.device),
+    )  # fmt: skip
+    if initial is None:
+        return dq, dk, dv, None, None
+    ds_0, dz_0 = initial
+    return dq, dk, dv, ds_0.to(v.dtype), None if dz_0 is None else dz_0.to(v.dtype)
 
 
 class CausalLinearAttention(torch.autograd.Function):
     """Causal linear attention `(B, H, N, d)` → (`(B, H, N, d_v)`, final state S `(B, H, d_v, d)`,
     z `(B, H, d)`), forward and backward in Triton, from an initial state (S_0, z_0) or zeros
     (None). The final state is None unless asked for (`final`): its rounding to the inputs'
-    dtype is two more operations on the host, which short sequences feel."""
+    dtype is two more operations on the host, which short sequences feel. Eager mode's path:
+    `torch.compile` traces the same passes as the operators `linattn::linear_attention_forward`
+    and `_backward` (`ops.py`)."""
 
     @staticmethod
     def forward(ctx, phi_q, phi_k, v, s0, z0, normalize, eps, chunk_size, final):
         ctx.set_materialize_grads(False)  # an unused final state adds nothing to the backward
-        q, k, v = (x.contiguous() for x in (phi_q, phi_k, v))  # the kernels' layout
-        s0, z0 = (None if x is None else x.contiguous() for x in (s0, z0))
-        ctx.options = {
-            "chunk_size": kernel_chunk(chunk_size, v.dtype),
-            "arch": device_arch(v.device),
-        }
-        if v.numel() == 0:  # no tokens or no heads: the state passes through
-            ctx.save_for_backward(q, k, v, None, None, s0, z0)
-            if not final:
-                return torch.empty_like(v), None, None
-            s_n = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0.clone()
-            z_n = q.new_zeros(q.shape[:2] + q.shape[3:]) if z0 is None else z0.clone()
-            return torch.empty_like(v), s_n, z_n if normalize else None
+        q, k, v = phi_q.contiguous(), phi_k.contiguous(), v.contiguous()  # the kernels' layout
+        if s0 is not None:
+            s0 = s0.contiguous()
+            z0 = None if z0 is None else z0.contiguous()
         keep = normalize and any(ctx.needs_input_grad[:5])  # the backward's a = −g·o needs o
-        o, rden, o32, final_state = chunk_linear_attention_fwd(
-            q, k, v, None if s0 is None else (s0, z0), normalize=normalize, eps=eps,
-            keep_float32=keep, final_state=final, **ctx.options,
-        )  # fmt: skip
+        o, o32, rden, s_n, z_n = linear_forward(
+            q, k, v, s0, z0, normalize, eps, chunk_size, final, keep
+        )
         ctx.save_for_backward(q, k, v, o32, rden, s0, z0)
-        if not final:
-            return o, None, None
-        s_n, z_n = final_state
-        return o, s_n.to(v.dtype), None if z_n is None else z_n.to(v.dtype)
+        ctx.chunk_size = chunk_size
+        return o, s_n, z_n
 
     @staticmethod
     def backward(ctx, do, ds_n, dz_n):
         q, k, v, o, rden, s0, z0 = ctx.saved_tensors
-        wanted = ctx.needs_input_grad[3:5]  # ∂L/∂S_0, ∂L/∂z_0
-        if v.numel() == 0:  # the final state was the initial one
-            zeros = (torch.zeros_like(x) for x in (q, k, v))
-            passed = (g if w else None for g, w in zip((ds_n, dz_n), wanted, strict=True))
-            return *zeros, *passed, None, None, None, None
-        dq, dk, dv, initial_grad = chunk_linear_attention_bwd(
-            q, k, v, o, rden, torch.zeros_like(v) if do is None else do.contiguous(),
-            None if s0 is None else (s0, z0),
-            None if ds_n is None and dz_n is None else (ds_n, dz_n),
-            initial_state_grad=any(wanted), **ctx.options,
-        )  # fmt: skip
-        ds_0, dz_0 = initial_grad or (None, None)
-        ds_0 = ds_0.to(v.dtype) if wanted[0] else None
-        dz_0 = dz_0.to(v.dtype) if wanted[1] else None
+        wanted = ctx.needs_input_grad
+        dq, dk, dv, ds_0, dz_0 = linear_backward(
+            q, k, v, o, rden, s0, z0, do, ds_n, dz_n, wanted[3] or wanted[4], ctx.chunk_size
+        )
+        ds_0 = ds_0 if wanted[3] else None
+        dz_0 = dz_0 if wanted[4] else None
         return dq, dk, dv, ds_0, dz_0, None, None, None, None
 
 
@@ -135,7 +163,22 @@ def triton_linear_attention(
     """
     fn = "triton_linear_attention"
     check_eps(fn, eps)
-    check_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v, chunk_size=chunk_size)
+    check_attention_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, phi_k, v)
+    return linear_attention_kernels(
+        phi_q, phi_k, v, causal=causal, normalize=normalize, chunk_size=chunk_size, eps=eps,
+        initial_state=initial_state, output_final_state=output_final_state, fn=fn,
+    )  # fmt: skip
+
+
+def linear_attention_kernels(
+    phi_q, phi_k, v, *, causal, normalize, chunk_size, eps, initial_state, output_final_state,
+    fn="linear_attention",
+):  # fmt: skip
+    """`triton_linear_attention` for inputs that passed `check_attention_inputs` (and `eps`
+    `check_eps`), which `linear_attention` checks itself: what the kernels add to the checks
+    (`check_kernel_inputs`), and the passes, in eager mode through `CausalLinearAttention`,
+    under `torch.compile` through the operators of `ops.py`."""
+    check_kernel_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, v, chunk_size=chunk_size)
     s0, z0 = (None, None) if initial_state is None else initial_state
     z0 = z0 if normalize else None
     if not causal:
@@ -144,15 +187,18 @@ def triton_linear_attention(
     *batch, n, d = phi_q.shape
     d_v = v.shape[-1]
     options = (normalize, eps, chunk_size, output_final_state)
+    apply = CausalLinearAttention.apply
+    if torch.compiler.is_compiling():
+        from linattn_core.kernels.ops import causal_linear_attention as apply
     if len(batch) == 2:  # (B, H, N, ·): the kernels' layout as it is, no views to trace back
-        out, s_n, z_n = CausalLinearAttention.apply(phi_q, phi_k, v, s0, z0, *options)
+        out, s_n, z_n = apply(phi_q, phi_k, v, s0, z0, *options)
         return (out, (s_n, z_n)) if output_final_state else out
     heads = math.prod(batch)  # other leading dimensions become (1, heads)
     phi_q, phi_k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (phi_q, phi_k, v))
     if s0 is not None:
         s0 = s0.reshape(1, heads, d_v, d)
         z0 = None if z0 is None else z0.reshape(1, heads, d)
-    out, s_n, z_n = CausalLinearAttention.apply(phi_q, phi_k, v, s0, z0, *options)
+    out, s_n, z_n = apply(phi_q, phi_k, v, s0, z0, *options)
     out = out.reshape(*batch, n, d_v)
     if not output_final_state:
         return out
