@@ -145,9 +145,9 @@ COMPILE_SECONDS = {"ours": 20, "sdpa": 20, "fla": 60}
 def training_step(shapes, dtype, device, *, seconds, compiled_shapes=(), backend=None, **timing):
     """The rows of `shapes` (dicts with N, B, H, d) in eager and graph mode and those of
     `compiled_shapes` compiled, each op's methods in turn, within about `seconds`, most wanted
-    first: ours and SDPA's rows of the first shape, eager and graph, then compiled; FLA's of the
-    first shape (its first call compiles and tunes its kernels); the other shapes; FLA compiled
-    (its compiles cost the most). A row that would start past the budget (a compiled one, with
+    first: ours and SDPA's rows of every shape, eager and graph, then compiled; FLA's (its first
+    call at each shape compiles and tunes its kernels, tens of seconds), FLA compiled last (its
+    compiles cost the most). A row that would start past the budget (a compiled one, with
     less than its COMPILE_SECONDS left) is "skipped: time budget"."""
     deadline = time.perf_counter() + seconds
     methods = [(op, method) for op in OPS for method in METHODS[op]]
@@ -167,10 +167,9 @@ def training_step(shapes, dtype, device, *, seconds, compiled_shapes=(), backend
     def fla(method):
         return method == "fla"
 
-    plan = rows_of(shapes[:1], ("eager", "graph"), ours)
+    plan = rows_of(shapes, ("eager", "graph"), ours)
     plan += rows_of(compiled_shapes, ("compiled",), ours)
-    plan += rows_of(shapes[:1], ("eager", "graph"), fla)  # FLA's first call compiles, tunes
-    plan += rows_of(shapes[1:], ("eager", "graph"), lambda method: True)
+    plan += rows_of(shapes, ("eager", "graph"), fla)  # each shape's first call tunes FLA's kernels
     plan += rows_of(compiled_shapes, ("compiled",), fla)
     rows = []
     for shape, mode, op, method in plan:
