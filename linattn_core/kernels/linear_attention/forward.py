@@ -251,7 +251,7 @@ def segment_length(n_chunks, programs_per_segment, multiprocessor_count):
     `multiprocessor_count` multiprocessors about PROGRAMS_PER_SM programs
     (`programs_per_segment` programs run for each segment), and at most MAX_SEGMENTS segments.
 
-    >>> segment_length(1024, 16, 132)  # an H100, 16 heads of one tile: 33 segments of 32 chunks
+    >>> segment_length(1024, 16, 132)  # an H100, 16 heads of one tile: 32 segments of 32 chunks
     32
     >>> segment_length(16, 16, 132)  # 1024 tokens: one walk
     16
