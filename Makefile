@@ -168,9 +168,10 @@ lint: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-# The package's tests and the book's own (not the browser's), two processes, a test file each.
+# The package's tests and the book's own (not the browser's), two processes that share the tests
+# out as they go (a long test file does not keep one process busy while the other waits).
 unit: venv
-	$(BIN)/pytest -q -n 2 --dist loadfile -m "not book" --doctest-modules linattn_core tests
+	$(BIN)/pytest -q -n 2 --dist worksteal -m "not book" --doctest-modules linattn_core tests
 
 # The inner loop while editing the package: the package's tests but the slow ones, without the
 # book's (tests/book/: chapters, notation, extensions, browser).
