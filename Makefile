@@ -179,7 +179,7 @@ unit-fast: venv
 	$(BIN)/pytest -q -m "not book and not slow" --doctest-modules --ignore=tests/book linattn_core tests
 
 # Two notebooks at a time, one per core, each kernel with one thread (with torch's two threads
-# each, the four threads on two cores took 9 min 49 s where one each took 5 min 32 s): the
+# each, the four threads on two cores took 9 min 49 s where one each took 5 min 29 s): the
 # processor's own vectorized kernels. nbval-portable runs the generic ones.
 NBVAL = $(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	-n 2 --dist loadfile chapters
