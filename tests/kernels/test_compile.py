@@ -194,3 +194,25 @@ def test_register_budget_fit_stops_a_spill():
         "print(json.dumps([[list(key), budget] for key, budget in budgets.items()]))\n"
     )
     assert compile_in_subprocess(code) == [[["delta_wy", 90, "float32", 32, 16], 136]]
+
+
+def test_a_records_inputs_ignore_line_numbers_but_not_source(tmp_path):
+    """A kernel moved down its file keeps its `source_key` (and so its records); a changed
+    line in a function it calls changes it."""
+    helper = "@triton.jit\ndef scale(x):\n    return x * {}\n"
+    kernel = "@triton.jit\ndef kernel(p):\n    tl.store(p, scale(tl.load(p)))\n"
+    header = "import triton\nimport triton.language as tl\n"
+    for name, gap, factor in [("a", "", 2), ("b", "\n" * 7, 2), ("c", "", 3)]:
+        text = header + gap + helper.format(factor) + gap + kernel
+        (tmp_path / f"moved_{name}.py").write_text(text)
+    keys = compile_in_subprocess(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from linattn_core.kernels.tools.compile import source_key
+        import moved_a, moved_b, moved_c
+
+        print(json.dumps([source_key(m.kernel) for m in (moved_a, moved_b, moved_c)]))
+        """
+    )
+    assert keys[0] == keys[1] != keys[2]

@@ -24,12 +24,13 @@ the architecture's limit, or a 16-bit kernel that does not multiply on its own t
 when any record fails.
 
 Each record carries `inputs`, a hash of everything that decides its binary: the kernel's source
-(with the `@triton.jit` functions it calls), the architecture, Triton's version (and so its
-ptxas), the specialization of the arguments and the launch options (tiles, warps, stages,
-register budgets). Compiled results are cached under that hash, which names no path, so a second
-run, or a second clone on the same machine, takes seconds. `--check REPORT` compiles nothing but
-a sample: it fails when a committed record is missing, extra or stale (its `inputs` differ from
-this checkout's), then compiles `SAMPLE` cold and fails unless each result equals its record.
+(with the `@triton.jit` functions it calls, but not their line numbers: `source_key`), the
+architecture, Triton's version (and so its ptxas), the specialization of the arguments and the
+launch options (tiles, warps, stages, register budgets). Compiled results are cached under that
+hash, which names no path, so a second run, or a second clone on the same machine, takes seconds.
+`--check REPORT` compiles nothing but a sample: it fails when a committed record is missing, extra
+or stale (its `inputs` differ from this checkout's), then compiles `SAMPLE` cold and fails unless
+each result equals its record.
 """
 
 import argparse
@@ -55,7 +56,7 @@ from pathlib import Path
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
-from triton.runtime.jit import create_function_from_signature
+from triton.runtime.jit import JITFunction, KernelInterface, create_function_from_signature
 
 from linattn_core.kernels.common import INTERPRETED
 from linattn_core.kernels.tiles import GPU_LIMITS
@@ -80,7 +81,7 @@ def compile_launch(launch, arch, cache_dir=None):
     cached = cache_dir and Path(cache_dir, f"{key}.json")
     if cached and cached.exists():
         return json.loads(cached.read_text())
-    result = {"source_hash": launch.kernel.cache_key[:16], "inputs": key}
+    result = {"source_hash": source_key(launch.kernel)[:16], "inputs": key}
     try:
         target = GPUTarget("cuda", arch, 32)
         result |= _compile(launch.kernel, target, signature, constexprs, attrs, options)
@@ -172,7 +173,7 @@ def _inputs_hash(kernel, arch, signature, constexprs, attrs, options):
     }
     text = json.dumps(
         [
-            kernel.cache_key,
+            source_key(kernel),
             arch,
             triton.__version__,
             signature,
@@ -183,6 +184,37 @@ def _inputs_hash(kernel, arch, signature, constexprs, attrs, options):
         default=str,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.cache
+def source_key(kernel):
+    """Triton's hash of `kernel`'s source and of the `@triton.jit` functions it calls, as Triton
+    computes it but with every function's first line number set to 0: line numbers reach the
+    binary only as debug locations, so a kernel that moves within its file, or to another file,
+    keeps its records."""
+    functions = _reachable(kernel)
+    saved = [(function, function.starting_line_number, function.hash) for function in functions]
+    try:
+        for function in functions:
+            function.starting_line_number, function.hash = 0, None
+        return kernel.cache_key
+    finally:
+        for function, line, key in saved:
+            function.starting_line_number, function.hash = line, key
+
+
+def _reachable(kernel):
+    """`kernel` and every `@triton.jit` function in the globals of its module, and of theirs (a
+    superset of what it calls; autotuners and heuristics unwrapped)."""
+    found, todo = set(), [kernel]
+    while todo:
+        function = todo.pop()
+        while not isinstance(function, JITFunction):
+            function = function.fn
+        if function not in found:
+            found.add(function)
+            todo += [v for v in function.__globals__.values() if isinstance(v, KernelInterface)]
+    return found
 
 
 def occupancy(arch, registers, shared_bytes, num_warps):
