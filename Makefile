@@ -180,9 +180,11 @@ unit-fast: venv
 
 # Two notebooks at a time, one per core, each kernel with one thread (with torch's two threads
 # each, the four threads on two cores took 9 min 49 s where one each took 5 min 29 s): the
-# processor's own vectorized kernels. nbval-portable runs the generic ones.
-NBVAL = $(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	-n 2 --dist loadfile chapters
+# processor's own vectorized kernels. nbval-portable runs the generic ones. The interactive
+# figures, whose outputs nbval ignores, compute each stop of each control once rather than every
+# combination (LINATTN_FRAMES, linattn_core/book/explorable.py): most of the notebooks' time.
+NBVAL = LINATTN_FRAMES=each-stop $(BIN)/pytest --nbval --nbval-current-env \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile chapters
 nbval: venv
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(NBVAL)
 
@@ -191,8 +193,10 @@ nbval: venv
 nbval-portable: venv
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(NBVAL)
 
+# Two Chromiums, one per core (one drives a page while the other renders); JupyterLab's tests on
+# one of them (their module shares one server).
 browser: venv
-	$(BIN)/pytest -m book tests/book
+	$(BIN)/pytest -m book -n 2 --dist loadgroup tests/book
 
 # The compile check of `make test`: fails when a record of the committed compile report
 # (figures/kernels_compiled.json, `make kernels-report`) is missing or stale for this checkout's

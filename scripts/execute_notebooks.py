@@ -44,6 +44,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     args = parser.parse_args()
     os.environ["LINATTN_RECORD"] = "1"  # inherited by the kernels
+    os.environ.pop("LINATTN_FRAMES", None)  # the book's figures hold every frame
     paths = args.notebooks or sorted((ROOT / "chapters").glob("*.ipynb"))
     for path in paths:
         print(f"executing {path.relative_to(ROOT) if path.is_absolute() else path} ...", flush=True)

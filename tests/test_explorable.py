@@ -2,12 +2,13 @@
 
 import html
 import re
+from pathlib import Path
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import pytest
 
-from linattn_core.book.explorable import MAX_FRAMES, explorable
+from linattn_core.book.explorable import MAX_FRAMES, NOT_COMPUTED, explorable
 
 
 def report(n=2, kind="a", scale=1.0):
@@ -84,3 +85,28 @@ def test_measured_frames_say_where_and_when():
     note = re.search(r'class="explorable-note"[^>]*>(.*?)</div>', page).group(1)
     assert device_name("cpu") in html.unescape(note)
     assert re.search(r", \d{4}-\d\d-\d\d;", note) and "measure live on your machine" in note
+
+
+def test_a_check_computes_each_stop_once_from_the_opening_frame(monkeypatch):
+    """LINATTN_FRAMES=each-stop (`make nbval`): the opening frame (n = 3, kind = b, σ = 1) and
+    every other stop of one control at a time; the rest say they were not computed."""
+    monkeypatch.setenv("LINATTN_FRAMES", "each-stop")
+    frames = dict(figure().frames())
+    computed = {caption for caption, frame in frames.items() if frame != NOT_COMPUTED}
+    assert computed == {
+        "n = 3, kind = b, σ = 1",
+        "n = 2, kind = b, σ = 1",
+        "n = 4, kind = b, σ = 1",
+        "n = 3, kind = a, σ = 1",
+        "n = 3, kind = b, σ = 0.5",
+        "n = 3, kind = b, σ = 2",
+    }
+    assert len(frames) == 18
+
+
+def test_committed_notebooks_hold_every_frame():
+    """No notebook was executed with LINATTN_FRAMES=each-stop and committed."""
+    chapters = Path(__file__).resolve().parents[1] / "chapters"
+    marker = NOT_COMPUTED.split(":")[0].removeprefix("<pre>")
+    for notebook in chapters.glob("*.ipynb"):
+        assert f"{marker}: LINATTN_FRAMES" not in notebook.read_text(), notebook.name

@@ -20,6 +20,12 @@ the frame's settings. The controls are the only place the page names the setting
 that also prints or titles them says them three times). The book gives the figure its number
 and caption (the cell's `mystnb.figure` metadata) and loads each frame's images only when a
 reader picks the frame (`_ext/static_pages.py` writes them to files).
+
+Checking a notebook (`make nbval`) needs every stop run, not every combination: with the
+environment variable `LINATTN_FRAMES=each-stop` a figure computes the frame of its widgets'
+values and, from there, each stop of one control at a time, the others held (1 + Σ (stops − 1)
+frames instead of Π stops); the other frames say that they were not computed. The notebooks'
+own command (`scripts/execute_notebooks.py`) always computes them all.
 """
 
 import contextlib
@@ -28,6 +34,7 @@ import html
 import io
 import itertools
 import json
+import os
 import zlib
 
 import ipywidgets as widgets
@@ -39,6 +46,8 @@ from linattn_core.provenance import device_name
 __all__ = ["Explorable", "explorable"]
 
 MAX_FRAMES = 200  # combinations a static figure may precompute
+FRAMES = "LINATTN_FRAMES"  # "each-stop": the frames a check needs (module docstring)
+NOT_COMPUTED = "<pre>not computed: LINATTN_FRAMES=each-stop computes each stop once</pre>"
 
 
 def explorable(function, /, *, alt=None, measured=None, **controls):
@@ -74,12 +83,19 @@ class Explorable:
         """[(caption, HTML of what `function` printed and drew)] for every combination, the
         last control varying fastest."""
         names, titles = list(self.controls), _titles(self)
+        stops = [stops for _, stops in self.controls.values()]
+        start = _start(self)
+        each_stop = os.environ.get(FRAMES) == "each-stop"
         found = []
-        for combination in itertools.product(*(stops for _, stops in self.controls.values())):
-            values = dict(zip(names, (value for _, value in combination), strict=True))
+        for indices in itertools.product(*(range(len(s)) for s in stops)):
+            combination = [s[i] for s, i in zip(stops, indices, strict=True)]
             caption = ", ".join(
                 f"{title} = {label}" for title, (label, _) in zip(titles, combination, strict=True)
             )
+            if each_stop and sum(i != j for i, j in zip(indices, start, strict=True)) > 1:
+                found.append((caption, NOT_COMPUTED))
+                continue
+            values = dict(zip(names, (value for _, value in combination), strict=True))
             alt = f"{self.alt} ({caption})" if self.alt else caption
             found.append((caption, _run(self.function, values, caption, alt)))
         return found
@@ -150,11 +166,11 @@ def _page(figure):
     frames = figure.frames()
     titles = _titles(figure)
     uid = f"explorable-{zlib.crc32(''.join(f for _, f in frames).encode()):08x}"
-    rows, sizes, start = [], [], []
-    for title, (name, (widget, stops)) in zip(titles, figure.controls.items(), strict=True):
-        current = min(range(len(stops)), key=lambda i: _distance(stops[i][1], widget.value))
+    rows, sizes, start = [], [], _start(figure)
+    for title, current, (name, (_, stops)) in zip(
+        titles, start, figure.controls.items(), strict=True
+    ):
         sizes.append(len(stops))
-        start.append(current)
         options = "".join(
             f'<option value="{i}"{" selected" if i == current else ""}>{html.escape(text)}</option>'
             for i, (text, _) in enumerate(stops)
@@ -196,6 +212,14 @@ def _note(figure):
         "Precomputed for every setting when the notebook was executed; in Jupyter the controls "
         "run live."
     )
+
+
+def _start(figure):
+    """The index of each control's stop nearest its widget's value: the frame a page opens on."""
+    return [
+        min(range(len(stops)), key=lambda i: _distance(stops[i][1], widget.value))
+        for widget, stops in figure.controls.values()
+    ]
 
 
 def _titles(figure):

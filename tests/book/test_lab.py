@@ -45,7 +45,8 @@ SETTINGS = {
     ),
 }
 
-pytestmark = pytest.mark.book
+# one JupyterLab for the module: its tests stay on one worker of `make browser` (loadgroup)
+pytestmark = [pytest.mark.book, pytest.mark.xdist_group("lab")]
 
 
 def sync_macros():
@@ -112,7 +113,7 @@ def lab(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             try:
                 with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
@@ -190,7 +191,7 @@ def shown(lab, browser):
     keep_offline(page, problems)
     try:
         page.goto(url, wait_until="load")
-        page.wait_for_selector(".jp-MarkdownCell", timeout=45000)
+        page.wait_for_selector(".jp-MarkdownCell", timeout=120_000)  # a loaded machine
         yield page.evaluate(INSPECT, len(markdown)), markdown, problems
     finally:
         page.close()

@@ -90,7 +90,7 @@ def one_token_eps(n):
 
 
 # (batch, N, d, d_v), chunks of 64: N = 1; N shorter than a chunk; N not a multiple of the chunk;
-# a last chunk of one token; d_v ≠ d; d = 128 and d_v = 128 (several feature and value tiles);
+# a last chunk of one token; d_v ≠ d; d = 128 (eight feature tiles of float32, two value tiles);
 # other leading dims
 CPU_SHAPES = [
     ((2, 2), 100, 16, 32),
@@ -98,7 +98,7 @@ CPU_SHAPES = [
     ((1, 2), 37, 32, 16),
     ((2, 1), 129, 16, 16),
     ((3,), 128, 16, 64),
-    ((), 70, 128, 128),
+    ((), 70, 128, 32),
 ]
 
 

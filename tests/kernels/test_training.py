@@ -20,15 +20,15 @@ ROW_KEYS = {"op", "N", "B", "H", "d", "method", "mode", "ms", "error"}
 
 
 def linear_args(dtype, *, normalize, state, final):
-    q, k, v = random_qkv(1, 2, n=70, d=16, d_v=32, dtype=dtype, positive=True)
-    s0 = torch.rand(1, 2, 32, 16, dtype=dtype) if state else None
-    z0 = torch.rand(1, 2, 16, dtype=dtype) if state and normalize else None
+    q, k, v = random_qkv(1, 1, n=40, d=16, d_v=32, dtype=dtype, positive=True)
+    s0 = torch.rand(1, 1, 32, 16, dtype=dtype) if state else None
+    z0 = torch.rand(1, 1, 16, dtype=dtype) if state and normalize else None
     leaves = [x.requires_grad_() for x in (q, k, v, s0, z0) if x is not None]
     return leaves, (q, k, v, s0, z0, normalize, 1e-6, 64, final)
 
 
 def delta_args(dtype, *, state):
-    q, k, v, beta, s0 = (x.to(dtype) for x in deltanet_inputs(1, 2, n=70, d_k=16, d_v=32))
+    q, k, v, beta, s0 = (x.to(dtype) for x in deltanet_inputs(1, 1, n=40, d_k=16, d_v=32))
     s0 = s0 if state else None
     leaves = [x.requires_grad_() for x in (q, k, v, beta, s0) if x is not None]
     return leaves, (q, k, v, beta, s0, 64)
@@ -66,7 +66,7 @@ def test_opcheck_passes_on_the_delta_rule_operators(state):
     torch.library.opcheck(ops.delta_rule_forward, args)
     q, k, v, beta, s0 = (None if x is None else x.detach() for x in args[:5])
     chunk = args[5]
-    grads = (torch.randn_like(v), torch.randn(1, 2, 32, 16))
+    grads = (torch.randn_like(v), torch.randn(1, 1, 32, 16))
     torch.library.opcheck(ops.delta_rule_backward, (q, k, v, beta, s0, *grads, chunk))
 
 
@@ -89,8 +89,8 @@ def test_torch_compile_traces_linear_attention_without_graph_breaks():
     leaves, _ = linear_args(torch.float32, normalize=True, state=True, final=True)
 
     def step(q, k, v, s0, z0):
-        q, k, v = (x.reshape(1, 2, 1, *x.shape[2:]) for x in (q, k, v))
-        state = (s0.reshape(1, 2, 1, 32, 16), z0.reshape(1, 2, 1, 16))
+        q, k, v = (x.reshape(1, 1, 1, *x.shape[2:]) for x in (q, k, v))
+        state = (s0.reshape(1, 1, 1, 32, 16), z0.reshape(1, 1, 1, 16))
         o, (s, z) = linear_attention(
             q, k, v, causal=True, method="triton", initial_state=state, output_final_state=True
         )
