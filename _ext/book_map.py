@@ -11,7 +11,9 @@ map must name every chapter of every part, so that it cannot fall behind the tab
 contents). It draws one table per part, in the order of `_toc.yml`: the chapter (a link with its
 title), what to read first (links), and the reading time, computed from the chapter itself:
 its prose at `WORDS_PER_MINUTE` and the code it shows unfolded at `CODE_LINES_PER_MINUTE`
-(folded cells, `hide-input`, and removed ones are not counted), rounded to 5 minutes.
+(folded cells, `hide-input`, and removed ones are not counted), rounded to 5 minutes; and the
+time to work through it, `WORKING_FACTORS` times the reading time (following the proofs with a
+pencil, running and changing the cells, trying the exercises).
 """
 
 import json
@@ -26,6 +28,7 @@ from sphinx.util.docutils import SphinxDirective
 
 WORDS_PER_MINUTE = 200
 CODE_LINES_PER_MINUTE = 30
+WORKING_FACTORS = (2, 3)  # working through a chapter takes 2 to 3 times its reading
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 SKIPPED_PARTS = {"Getting started", "Appendices"}  # pages around the chapters
 
@@ -49,6 +52,21 @@ def reading_minutes(path):
     words = len(re.findall(r"[^\W\d_]+", prose))
     minutes = words / WORDS_PER_MINUTE + code / CODE_LINES_PER_MINUTE
     return 5 * max(1, math.ceil(minutes / 5))
+
+
+def duration(minutes):
+    """`minutes` as a reader says it: "50 min", "2 h", "2½ h" (hours rounded to the half)."""
+    if minutes < 60:
+        return f"{minutes} min"
+    halves = round(minutes / 30)
+    return f"{halves // 2}{'½' if halves % 2 else ''} h"
+
+
+def working_time(reading):
+    """The time to work through a chapter read in `reading` minutes, as a range."""
+    low, high = (duration(factor * reading) for factor in WORKING_FACTORS)
+    low_value, low_unit = low.split(" ")
+    return f"{low_value}–{high}" if high.endswith(low_unit) else f"{low}–{high}"
 
 
 def toc_parts(root):
@@ -103,11 +121,12 @@ class BookMap(SphinxDirective):
         for caption, pages in parts:
             rubric = nodes.rubric(text=caption, classes=["book-map-part"])
             table = nodes.table(classes=["book-map"])
-            group = nodes.tgroup(cols=3)
+            group = nodes.tgroup(cols=4)
             table += group
-            for width in (50, 35, 15):
+            for width in (40, 30, 12, 18):
                 group += nodes.colspec(colwidth=width)
-            group += nodes.thead("", self._row(["Chapter", "Builds on", "Reading"]))
+            header = ["Chapter", "Builds on", "Reading", "Working through"]
+            group += nodes.thead("", self._row(header))
             body = nodes.tbody()
             for page in pages:
                 path = source(root, page)
@@ -120,9 +139,9 @@ class BookMap(SphinxDirective):
                     needs += doc_link(needed, self.env.docname)
                 if not earlier:
                     needs += nodes.Text("the getting-started pages")
-                time = nodes.paragraph(text=f"{reading_minutes(path)} min")
+                minutes = reading_minutes(path)
                 chapter = nodes.paragraph("", "", doc_link(page, self.env.docname))
-                body += self._row([chapter, needs, time])
+                body += self._row([chapter, needs, f"{minutes} min", working_time(minutes)])
             group += body
             result += [rubric, table]
         return result

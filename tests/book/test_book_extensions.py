@@ -145,3 +145,10 @@ def test_reading_time_counts_prose_and_unfolded_code(tmp_path):
     ]
     notebook.write_text(json.dumps({"cells": cells}))
     assert book_map.reading_minutes(notebook) == 10  # 6 minutes, rounded up to 5
+
+
+def test_working_time_is_two_to_three_times_the_reading():
+    assert book_map.working_time(5) == "10–15 min"
+    assert book_map.working_time(25) == "50 min–1 h"
+    assert book_map.working_time(30) == "1–1½ h"
+    assert book_map.working_time(50) == "1½–2½ h"  # 100 and 150 minutes
