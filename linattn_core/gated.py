@@ -57,7 +57,8 @@ def gated_delta_rule(q, k, v, beta, g, *, method="auto", chunk_size=64, initial_
                     U = Ũ − W S_0ᵀ with A = (I + diag(β)(Γ ⊙ tril(K Kᵀ, −1)))⁻¹,
                     W = A diag(β exp(G)) K and Ũ = A diag(β) V; then
                     O = diag(exp(G)) Q S_0ᵀ + (Γ ⊙ tril(Q Kᵀ)) U and
-                    S_C = exp(G_C) S_0 + Uᵀ diag(exp(G_C − G)) K;
+                    S_C = exp(G_C) S_0 + Uᵀ diag(exp(G_C − G)) K (16-bit inputs: the
+                    triangular solve in float32, everything else in their dtype);
         "auto"      "chunked" (the Triton kernels of the gated rule are not built yet);
         "triton"    raises ValueError for that reason.
 
@@ -193,8 +194,9 @@ def _gated_chunked(q, k, v, beta, g, state, *, chunk_size):
     ones = torch.ones_like(beta_chunks[..., 0])  # (..., m, C)
     blocks = torch.diagonal_scatter(strictly_lower, ones, dim1=-2, dim2=-1)
     rhs = beta_chunks * torch.cat([k_chunks * from_start, v_chunks], dim=-1)
-    solved = torch.linalg.solve_triangular(blocks, rhs, upper=False)  # (..., m, C, d_k + d_v)
-    solved = solved.contiguous()  # row-major, as the delta rule's solve: g = 0 gives its bits
+    wide = torch.promote_types(q.dtype, torch.float32)  # torch solves no 16-bit systems
+    solved = torch.linalg.solve_triangular(blocks.to(wide), rhs.to(wide), upper=False)
+    solved = solved.to(q.dtype).contiguous()  # row-major as the delta rule's: g = 0, its bits
     w, u_free = solved.split([d_k, d_v], dim=-1)  # (..., m, C, d_k), (..., m, C, d_v)
     scores = (q_chunks @ k_chunks.mT * decay).tril()  # Γ_ti q_t·k_i for i ≤ t  (..., m, C, C)
     outputs = []

@@ -146,6 +146,17 @@ def test_float32_is_close_to_the_float64_definition(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("dtype", "rtol"), [(torch.bfloat16, 3e-2), (torch.float16, 3e-3)])
+def test_16_bit_inputs(method, dtype, rtol):
+    q, k, v, beta, g, state = gated_deltanet_inputs(n=100, d_k=16, d_v=8, seed=8)
+    expected_o, _ = reference(q, k, v, beta, g, state)
+    args16 = (x.to(dtype) for x in (q, k, v, beta, g))
+    o, final_state = gated_delta_rule(*args16, method=method, initial_state=state.to(dtype))
+    assert o.dtype == final_state.dtype == dtype
+    assert_close(o, expected_o, rtol=rtol)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_an_empty_sequence_returns_the_initial_state(method):
     q, k, v, beta, g, state = gated_deltanet_inputs(2, n=0, d_k=3, d_v=4)
     o, final_state = gated_delta_rule(q, k, v, beta, g, method=method, initial_state=state)
