@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("triton")
 
 from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.delta_rule.backward import delta_wy_kernel
 from linattn_core.kernels.tiles import GPU_LIMITS, REGISTER_BUDGETS, tiles
 from linattn_core.kernels.tools.compile import occupancy, status, tile_experiment
 from linattn_core.kernels.tools.launches import DTYPES
@@ -175,10 +176,10 @@ def test_a_stale_record_is_found_and_named():
 def test_a_register_budget_reaches_the_launch():
     """A configuration in `REGISTER_BUDGETS` launches with ptxas' `maxnreg`; the others leave
     ptxas its own choice."""
-    budgeted = tiles("delta_wy", 90, 32, 16, torch.float32)
+    budgeted = tiles(delta_wy_kernel, 90, 32, 16, torch.float32)
     assert budgeted.max_registers == REGISTER_BUDGETS["delta_wy", 90, "float32", 32, 16]
     assert budgeted.launch_options["maxnreg"] == budgeted.max_registers
-    assert "maxnreg" not in tiles("delta_wy", 90, 64, 64, torch.bfloat16).launch_options
+    assert "maxnreg" not in tiles(delta_wy_kernel, 90, 64, 64, torch.bfloat16).launch_options
 
 
 @pytest.mark.slow
