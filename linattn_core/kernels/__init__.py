@@ -12,9 +12,9 @@ and `ops.py`, which registers both operations' passes as torch.library operators
 inputs the kernels accept, `check_inputs`), `layout.py` (the inputs as the kernels take them:
 any leading dimensions as `(B, H, ·)`, contiguous, empty inputs, and back) and `tiles.py`
 (the rule that makes each kernel's `@tile_rule` its tiles, warps and stages per GPU).
-`tools/` holds what studies the kernels rather than running them: the compile check
-(`python -m linattn_core.kernels.compile`), the launch recorder it uses, the memory tracer of
-the interpreter and the cost model.
+`compile.py` is the compile check (`python -m linattn_core.kernels.compile`); `tools/` holds the
+rest of what studies the kernels rather than running them: the launch recorder the check uses,
+the memory tracer of the interpreter and the cost model.
 
 `linattn_core.linear_attention(..., method="triton")` and `linattn_core.delta_rule(...,
 method="triton")` call these kernels. Importing this package imports triton; the rest of

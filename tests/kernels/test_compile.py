@@ -1,4 +1,4 @@
-"""The compile check (`python -m linattn_core.kernels.compile`, `kernels/tools/compile.py`): it
+"""The compile check (`python -m linattn_core.kernels.compile`, `kernels/compile.py`): it
 finds what it must find, and the committed report describes the kernels as they are. `make
 gpu-compile` compiles a sample against the report and `make kernels-report` the whole matrix;
 these tests compile a handful of kernels, in a process without the Triton interpreter."""
@@ -13,9 +13,9 @@ import torch
 pytest.importorskip("triton")
 
 from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.compile import occupancy, status, tile_experiment
 from linattn_core.kernels.delta_rule.backward import delta_wy_kernel
 from linattn_core.kernels.tiles import GPU_LIMITS, REGISTER_BUDGETS, tiles
-from linattn_core.kernels.tools.compile import occupancy, status, tile_experiment
 from linattn_core.kernels.tools.launches import DTYPES
 from linattn_core.testing import run_python
 
@@ -51,7 +51,7 @@ def test_one_configuration_compiles_for_both_architectures_on_their_tensor_cores
     records = compile_in_subprocess(
         """
         import json, torch
-        from linattn_core.kernels.tools import compile as check
+        from linattn_core.kernels import compile as check
         from linattn_core.kernels.tools.launches import linear_attention_launches
 
         records = []
@@ -141,7 +141,7 @@ def test_committed_report_is_of_these_kernels_and_passes():
     problems = compile_in_subprocess(
         f"""
         import json
-        from linattn_core.kernels.tools.compile import check_report, load_report
+        from linattn_core.kernels.compile import check_report, load_report
 
         report = load_report({str(REPORT)!r})
         print(json.dumps(check_report(report, sample_compiled=False, progress=False)))
@@ -157,7 +157,7 @@ def test_a_stale_record_is_found_and_named():
     problems = compile_in_subprocess(
         f"""
         import json
-        from linattn_core.kernels.tools.compile import check_report, load_report
+        from linattn_core.kernels.compile import check_report, load_report
 
         report = load_report({str(REPORT)!r})
         report["records"][0]["inputs"] = "0" * 32
@@ -188,7 +188,7 @@ def test_register_budget_fit_stops_a_spill():
     registers on sm_90 and spills; the fit finds the smallest budget that does not spill."""
     code = (
         "import json\n"
-        "from linattn_core.kernels.tools.compile import fit_register_budgets\n"
+        "from linattn_core.kernels.compile import fit_register_budgets\n"
         "record = {'kernel': 'delta_wy_kernel', 'arch': 90, 'dtype': 'float32', 'd': 32,\n"
         "          'd_v': 16, 'registers': 128, 'spill_bytes': 8}\n"
         "budgets = fit_register_budgets([record], jobs=1)\n"
