@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 
 from linattn_core.chunked import causal_chunked
+from linattn_core.methods import LINEAR_ATTENTION_METHODS, auto_method
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
@@ -41,8 +42,6 @@ from linattn_core.validation import (
     check_tensor,
     softmax_scale,
 )
-
-LINEAR_ATTENTION_METHODS = ("auto", "parallel", "recurrent", "chunked", "triton")
 
 
 def softmax_attention(q, k, v, *, causal=False, scale=None):
@@ -203,10 +202,10 @@ def linear_attention(
                     forward and backward; non-causal: two matrix products); CUDA tensors, or
                     CPU tensors under TRITON_INTERPRET=1; d, d_v and `chunk_size` in
                     {16, 32, 64, 128}; float32, bfloat16 or float16;
-        "auto"      the fastest exact method for the inputs: "triton" for causal attention
-                    on a CUDA device when the kernels apply; on a CPU "parallel" for causal
-                    attention up to N = max(128, 2d) and "chunked" otherwise (measured:
-                    `python -m linattn_core.bench auto`).
+        "auto"      the fastest exact method for the inputs (`methods.auto_method`): "triton"
+                    for causal attention on a CUDA device when the kernels apply; on a CPU
+                    "parallel" for causal attention up to N = max(128, 2d) and "chunked"
+                    otherwise (measured: `python -m linattn_core.bench auto`).
 
     The denominator is not checked: features that can be negative (`feature_maps.identity`,
     odd-order `feature_maps.taylor`) can make φ(q_i)·z_i + eps close to zero and the output
@@ -265,7 +264,9 @@ def linear_attention(
     check_linear_state(fn, initial_state, phi_q, v, normalize=normalize)
 
     if method == "auto":
-        method = _auto_method(phi_q, v, causal=causal, chunk_size=chunk_size)
+        method = auto_method(
+            LINEAR_ATTENTION_METHODS, phi_q, v, causal=causal, chunk_size=chunk_size
+        )
     if method == "triton":
         out = _triton(
             phi_q, phi_k, v, causal=causal, normalize=normalize, chunk_size=chunk_size, eps=eps,
@@ -355,51 +356,6 @@ def check_linear_state(fn, state, phi_q, v, *, normalize):
             f"got initial_state.z.shape={tuple(z.shape)}"
         )
     check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.z": z})
-
-
-def _auto_method(phi_q, v, *, causal, chunk_size) -> str:
-    """The method `method="auto"` runs: the one place where that choice is made.
-
-    On the CPU, causal attention runs the parallel form up to N = `parallel_up_to(d)` and the
-    chunked form beyond (`linattn_core.bench.auto`, measured in figures/auto_cpu.json: one
-    masked N × N product is faster for short sequences, the chunked walk from there on, forward
-    and backward);
-    non-causal attention is two matrix products, the chunked form. On a CUDA device causal
-    attention runs the Triton kernels when triton is installed and they take these shapes, dtype
-    and chunk size.
-    """
-    if phi_q.device.type != "cuda" or not causal:
-        if causal and phi_q.shape[-2] <= parallel_up_to(phi_q.shape[-1]):
-            return "parallel"
-        return "chunked"
-    return "triton" if triton_applies(phi_q, v, chunk_size) else "chunked"
-
-
-def triton_applies(q, v, chunk_size) -> bool:
-    """Whether the Triton kernels take these inputs (`(..., N, d)` queries or keys, values):
-    triton installed, a CUDA device, d, d_v, dtype and chunk size among the compiled tiles'."""
-    if q.device.type != "cuda":
-        return False
-    try:
-        from linattn_core.kernels import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS, SUPPORTED_DTYPES
-    except ImportError:
-        return False
-    return (
-        q.shape[-1] in SUPPORTED_DIMS
-        and v.shape[-1] in SUPPORTED_DIMS
-        and str(q.dtype).removeprefix("torch.") in SUPPORTED_DTYPES
-        and chunk_size in SUPPORTED_CHUNK_SIZES
-    )
-
-
-def parallel_up_to(d):
-    """The longest N for which `method="auto"` runs the parallel form of causal attention on a
-    CPU: max(128, 2d) (measured by `linattn_core.bench.auto`, committed in figures/auto_cpu.json).
-
-    >>> parallel_up_to(16), parallel_up_to(64), parallel_up_to(128)
-    (128, 128, 256)
-    """
-    return max(128, 2 * d)
 
 
 def _triton(phi_q, phi_k, v, **options):

@@ -34,10 +34,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from linattn_core.attention import triton_applies
+from linattn_core.methods import DELTA_RULE_METHODS, auto_method
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
+    check_flag,
     check_matrix,
     check_non_negative_int,
     check_positive_int,
@@ -47,7 +48,6 @@ from linattn_core.validation import (
 )
 
 __all__ = [
-    "DELTA_RULE_METHODS",
     "delta_rule",
     "delta_rule_loop",
     "deltanet_inputs",
@@ -56,8 +56,6 @@ __all__ = [
     "triangular_solve",
     "triangular_system_inputs",
 ]
-
-DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
 def triangular_matrix(q, k, diag):
@@ -171,14 +169,24 @@ def triangular_solve(q, k, diag, v, *, chunk_size=64):
     return _triangular_solve(q, k, diag, v, chunk_size=chunk_size)
 
 
-def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_state=None):
+def delta_rule(
+    q,
+    k,
+    v,
+    beta,
+    *,
+    method="auto",
+    chunk_size=64,
+    initial_state=None,
+    output_final_state=True,
+):
     """The delta rule (DeltaNet's recurrence) over a sequence, as a recurrence or chunk by chunk.
 
         S_t = S_{t-1} + β_t (v_t − S_{t-1} k_t) k_tᵀ,        o_t = S_t q_t,
 
     with S_0 = `initial_state` (zeros if None); q is not scaled.
 
-    Methods:
+    Methods (the names and the "auto" rule of every operation: `linattn_core.methods`):
         "recurrent" one token at a time: O(N d_k d_v) time, an O(d_k d_v) state;
         "chunked"   for a chunk of C tokens with state S_0 at its start, the corrections
                     U = (u_t), u_t = β_t (v_t − S_{t-1} k_t), are U = Ũ − W S_0ᵀ, where
@@ -190,9 +198,9 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
         "triton"    the chunked form in Triton kernels (`linattn_core.kernels.delta_rule`):
                     chunks of 64, d_k and d_v in {16, 32, 64, 128}, float32 / bfloat16 /
                     float16; on CUDA tensors, or on the CPU in the Triton interpreter;
-        "auto"      "triton" on a CUDA device when the kernels take the inputs, "chunked"
-                    otherwise (as `linear_attention`'s "auto" chooses; the default stays
-                    "recurrent", the form the definition reads, as the API contract fixes it).
+        "auto"      the default, as for `linear_attention`: "triton" on a CUDA device when the
+                    kernels take the inputs, "chunked" otherwise (exact, and faster than the
+                    token loop); a caller that needs one form names it.
 
     Args:
         q, k: queries and keys `(..., N, d_k)` (DeltaNet normalizes keys to unit length).
@@ -200,39 +208,55 @@ def delta_rule(q, k, v, beta, *, method="recurrent", chunk_size=64, initial_stat
         beta: learning rates β_t `(..., N)` (DeltaNet: in (0, 1)).
         method: "auto", "recurrent", "chunked" or "triton".
         chunk_size: tokens per chunk of "chunked" (positive int); N need not be a multiple.
-        initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
+        initial_state: S_0 `(..., d_v, d_k)`, or None for zeros. Gradients flow to it.
+        output_final_state: also return the state after the last token (the default: the
+            pair (o, S) of the API), which continues the sequence as `initial_state` of the
+            next call; False returns o alone, as `linear_attention` does by default.
 
     Returns:
-        (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`.
+        (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`, in the
+        orientation of `LinearAttentionState.S`; o alone when output_final_state=False.
 
     >>> from linattn_core.testing import random_qkv, relative_error
     >>> q, k, v = random_qkv(2, n=50, d=4, d_v=3)
     >>> k = k / k.norm(dim=-1, keepdim=True)
     >>> beta = torch.full((2, 50), 0.5, dtype=torch.float64)
-    >>> o, state = delta_rule(q, k, v, beta)
+    >>> o, state = delta_rule(q, k, v, beta, method="recurrent")
     >>> o.shape, state.shape
     (torch.Size([2, 50, 3]), torch.Size([2, 3, 4]))
     >>> o_chunked, state_chunked = delta_rule(q, k, v, beta, method="chunked", chunk_size=16)
     >>> relative_error(o_chunked, o) < 1e-12 and relative_error(state_chunked, state) < 1e-12
+    True
+    >>> relative_error(delta_rule(q, k, v, beta, output_final_state=False), o) < 1e-12
     True
     """
     fn = "delta_rule"
     _check_delta_inputs(fn, q, k, v, beta, initial_state)
     check_choice(fn, "method", method, DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
+    check_flag(fn, "output_final_state", output_final_state)
     if method == "auto":
-        method = "triton" if triton_applies(q, v, chunk_size) else "chunked"
+        method = auto_method(DELTA_RULE_METHODS, q, v, chunk_size=chunk_size)
     if method == "triton":
         from linattn_core.kernels.delta_rule.function import delta_rule_kernels  # triton: optional
 
-        return delta_rule_kernels(q, k, v, beta, chunk_size=chunk_size, initial_state=initial_state)
-    if initial_state is None:
-        initial_state = q.new_zeros(*q.shape[:-2], v.shape[-1], q.shape[-1])  # (..., d_v, d_k)
+        o, state = delta_rule_kernels(
+            q, k, v, beta, chunk_size=chunk_size, initial_state=initial_state
+        )
+    else:
+        o, state = _delta_rule(q, k, v, beta, initial_state, method, chunk_size)
+    return (o, state) if output_final_state else o
+
+
+def _delta_rule(q, k, v, beta, state, method, chunk_size):
+    """The recurrent and chunked forms on checked inputs: (o, the final state)."""
+    if state is None:
+        state = q.new_zeros(*q.shape[:-2], v.shape[-1], q.shape[-1])  # (..., d_v, d_k)
     if q.shape[-2] == 0:
-        return v.new_zeros(v.shape), initial_state
+        return v.new_zeros(v.shape), state
     if method == "recurrent":
-        return _delta_recurrent(q, k, v, beta, initial_state)
-    return _delta_chunked(q, k, v, beta, initial_state, chunk_size=chunk_size)
+        return _delta_recurrent(q, k, v, beta, state)
+    return _delta_chunked(q, k, v, beta, state, chunk_size=chunk_size)
 
 
 def delta_rule_loop(q, k, v, beta, *, initial_state=None):

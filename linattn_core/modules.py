@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from linattn_core import feature_maps
-from linattn_core.attention import LINEAR_ATTENTION_METHODS, linear_attention, softmax_attention
+from linattn_core.attention import linear_attention, softmax_attention
+from linattn_core.methods import LINEAR_ATTENTION_METHODS
 from linattn_core.validation import (
     ArgumentTypeError,
     check_choice,

@@ -3,10 +3,8 @@ kernel_attention and online softmax attention against softmax_attention: outputs
 in float64, over odd shapes; the kernel facts and attention identities of chapter 1 behind them,
 and the FLOPs each form performs."""
 
-import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -492,23 +490,6 @@ def test_long_causal_sequence_stays_in_linear_memory(method):
     peak_kib, error = out.split()
     assert int(peak_kib) * 1024 < PEAK_LIMIT_BYTES, f"{method}: peak RSS {int(peak_kib) >> 10} MiB"
     assert float(error) < 1e-10, f"{method}: relative error {error}"
-
-
-def test_auto_on_a_cpu_runs_the_measured_faster_form():
-    """figures/auto_cpu.json (python -m linattn_core.bench auto) times the parallel against the
-    chunked form over N and d; "auto" must pick the faster wherever they differ by 20%."""
-    from linattn_core.attention import _auto_method
-
-    committed = json.loads((Path(__file__).parent.parent / "figures" / "auto_cpu.json").read_text())
-    for r in committed["records"]:
-        q = torch.empty(1, r["n"], r["d"])
-        chosen = _auto_method(q, q, causal=True, chunk_size=64)
-        if r["ratio"] > 1.2:
-            assert chosen == "chunked", r
-        elif r["ratio"] < 1 / 1.2:
-            assert chosen == "parallel", r
-    long = torch.empty(1, 1000, 64)
-    assert _auto_method(long, long, causal=False, chunk_size=64) == "chunked"
 
 
 def test_the_recurrent_form_trains_in_linear_time():

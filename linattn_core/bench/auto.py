@@ -6,7 +6,7 @@ the chunked form over N and d.
 For short sequences one masked N × N product beats the chunked form's walk (its segments, chunks
 and prefix sums cost a fixed overhead); from some N on the quadratic work loses. Both are exact,
 so "auto" takes the faster; the recurrent form, a loop over tokens, is never the faster. The
-rule it supports is `linattn_core.attention.parallel_up_to`. Measured: causal, normalized,
+rule it supports is `linattn_core.methods.parallel_up_to`. Measured: causal, normalized,
 float32, 8 heads, one thread, the forward pass and the forward and backward pass, interleaved
 medians (`timing.median_times`); `ratio` is parallel / chunked (above 1: chunked is faster).
 """

@@ -49,7 +49,7 @@ def variant(changes):
 
     def tiles(kernel, *args, **kwargs):
         tile = original(kernel, *args, **kwargs)
-        return dataclasses.replace(tile, **changes.get(kernel, {}))
+        return dataclasses.replace(tile, **changes.get(tile_table.kernel_name(kernel), {}))
 
     with contextlib.ExitStack() as stack:
         for module in _users_of_tiles():

@@ -9,10 +9,12 @@ Laid out like flash-linear-attention's `ops/`: one folder per operation,
 and `ops.py`, which registers both operations' passes as torch.library operators
 (`linattn::linear_attention_forward`, …) for `torch.compile`, beside what they share:
 `common.py` (the matrix product `dot`, `INTERPRETED`, the device, and the one rule for the
-inputs the kernels accept, `check_inputs`) and `tiles.py` (tiles, warps and
-stages per kernel and GPU architecture). `tools/` holds what studies the kernels rather than
-running them: the compile check (`python -m linattn_core.kernels.compile`), the launch
-recorder it uses, the memory tracer of the interpreter and the cost model.
+inputs the kernels accept, `check_inputs`), `layout.py` (the inputs as the kernels take them:
+any leading dimensions as `(B, H, ·)`, contiguous, empty inputs, and back) and `tiles.py`
+(the rule that makes each kernel's `@tile_rule` its tiles, warps and stages per GPU).
+`compile.py` is the compile check (`python -m linattn_core.kernels.compile`); `tools/` holds the
+rest of what studies the kernels rather than running them: the launch recorder the check uses,
+the memory tracer of the interpreter and the cost model.
 
 `linattn_core.linear_attention(..., method="triton")` and `linattn_core.delta_rule(...,
 method="triton")` call these kernels. Importing this package imports triton; the rest of

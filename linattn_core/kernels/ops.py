@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from linattn_core.kernels.delta_rule.function import delta_backward, delta_forward
+from linattn_core.kernels.layout import contiguous
 from linattn_core.kernels.linear_attention.function import linear_backward, linear_forward
 
 ABSENT = (0,)  # the shape of an output that a pass does not make
@@ -63,8 +64,7 @@ def linear_attention_forward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Causal linear attention's forward pass on `(B, H, N, ·)` inputs: (o, o in float32 or
     absent, r or absent, S_N or absent, z_N or absent)."""
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    s0, z0 = (None if x is None else x.contiguous() for x in (s0, z0))
+    q, k, v, s0, z0 = contiguous(q, k, v, s0, z0)
     outputs = linear_forward(q, k, v, s0, z0, normalize, eps, chunk_size, final, normalize)
     o, o32 = outputs[:2]
     outputs = (o, None if o32 is o else o32, *outputs[2:])
@@ -93,8 +93,7 @@ def linear_attention_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (dq, dk, dv, ∂L/∂S_0 or absent, ∂L/∂z_0 or absent); o in float32 and r as
     the forward operator returned them (None without normalization)."""
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    s0, z0 = (None if x is None else x.contiguous() for x in (s0, z0))
+    q, k, v, s0, z0 = contiguous(q, k, v, s0, z0)
     grads = linear_backward(q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chunk_size)
     return _filled(grads, _linear_grads(q, k, v, s0, z0, initial_grad))
 
@@ -147,8 +146,7 @@ def delta_rule_forward(
     q: Tensor, k: Tensor, v: Tensor, beta: Tensor, s0: Tensor | None, chunk_size: int
 ) -> tuple[Tensor, Tensor]:
     """The delta rule's forward pass on `(B, H, N, ·)` inputs: (o, the final state)."""
-    q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
-    s0 = None if s0 is None else s0.contiguous()
+    q, k, v, beta, s0 = contiguous(q, k, v, beta, s0)
     return tuple(x.contiguous() for x in delta_forward(q, k, v, beta, s0, chunk_size))
 
 
@@ -170,8 +168,7 @@ def delta_rule_backward(
     chunk_size: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or absent without S_0)."""
-    q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
-    s0 = None if s0 is None else s0.contiguous()
+    q, k, v, beta, s0 = contiguous(q, k, v, beta, s0)
     grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size)
     return _filled(grads, _delta_grads(q, k, v, beta, s0))
 

@@ -1,29 +1,26 @@
-"""Tile sizes, warps and pipeline stages of every kernel, per GPU architecture: one small table.
+"""Tile sizes, warps and pipeline stages of every kernel per GPU architecture, by one rule.
 
 A program holds float32 accumulators in registers (a state tile, a C × C block of similarities,
 C × BK or C × BV output tiles) and stages its operand tiles in shared memory. Too large a tile
 spills registers to local memory or asks for more shared memory than a multiprocessor has; too
-small a tile wastes the tensor cores and re-reads the inputs once per tile. The entries below were
+small a tile wastes the tensor cores and re-reads the inputs once per tile. The rules were
 chosen with `python -m linattn_core.kernels.compile`, which compiles every kernel for A100
 (sm_80) and H100 (sm_90) on a CPU and reports registers, spills, shared memory and occupancy
 (`figures/kernels_compiled.json`): every entry compiles without a spill and within its
 architecture's shared memory, 50 configurations of them with a register budget for ptxas
 (`REGISTER_BUDGETS`). The rules:
 
-- a kernel's tile is its widest block (`WIDEST`) or the head size if smaller: 64 columns for
-  16-bit inputs on sm_90 (the tensor cores' 64 × 64 operands), 32 on sm_80, whose products hold
-  their operands in registers, and 16 for float32 inputs, whose products run as three TF32
-  products (`common.dot`) and need about three times the registers; float32 inputs also run in
-  chunks of half the size (`kernel_chunk`);
-- 4 warps for every kernel but the delta rule's prepare kernel, which takes 2 (`TWO_WARPS`),
-  and the backward walk of a short sequence, which takes 8 (`EIGHT_WARPS`): its program holds
-  the pointers of all three walks, and with 4 warps its 16-bit normalized configurations spill
-  up to 68 bytes on sm_90 (from d = 64) and 8 on sm_89 (8 warps: none; one program a
-  multiprocessor, which a short sequence's B·H programs do not miss);
-- 2 pipeline stages; 1 in the delta rule's prepare kernel, whose operands of two would not fit
-  (`ONE_STAGE`), and below sm_90 in the short sequence's backward walk, which spilled 8 bytes in
-  one of its 192 configurations there with two (`ONE_STAGE_BELOW_SM90`); 3 in the delta rule's
-  walks on sm_90 (`THREE_STAGES`).
+- a kernel's tile is its widest block or the head size if smaller: 64 columns for 16-bit inputs
+  on sm_90 (the tensor cores' 64 × 64 operands), 32 on sm_80, whose products hold their
+  operands in registers, and 16 for float32 inputs, whose products run as three TF32 products
+  (`common.dot`) and need about three times the registers; float32 inputs also run in chunks
+  of half the size (`kernel_chunk`);
+- 4 warps and 2 pipeline stages, unless the kernel's rule says otherwise.
+
+Each kernel carries its rule, written where the kernel is defined (`@tile_rule(...)` above its
+`@triton.jit`, with the reason for any exception): its widest blocks, warps and stages. A
+kernel added or renamed touches its own module only; `REGISTER_BUDGETS` is keyed by the kernel's
+name without `_kernel`.
 
 The sm_90 entries of the delta rule were measured on an H200 (`figures/gpu/*/tile_sweep.json`,
 each variant against the table of the day, in one run): 8 warps in prepare took 1.6 times as long
@@ -41,25 +38,6 @@ import dataclasses
 
 import torch
 
-LINEAR_ATTENTION_KERNELS = (
-    "segment_sums",
-    "segment_output",
-    "segment_sums_bwd",
-    "segment_dq",
-    "segment_dk",
-    "segment_dv",
-    "walk_bwd",
-)
-DELTA_KERNELS = (
-    "delta_prepare",
-    "delta_states",
-    "delta_output",
-    "delta_du_local",
-    "delta_states_bwd",
-    "delta_dqk",
-    "delta_wy",
-)
-KERNELS = LINEAR_ATTENTION_KERNELS + DELTA_KERNELS
 ARCHITECTURES = (80, 90)  # compute capabilities with entries: A100 (sm_80), H100 (sm_90)
 
 
@@ -80,34 +58,6 @@ GPU_LIMITS = {
     89: Architecture("L4, RTX 4090 (sm_89)", 101_376, 102_400, warps_per_sm=48, programs_per_sm=24),
     90: Architecture("H100 (sm_90)", 232_448, 233_472, warps_per_sm=64, programs_per_sm=32),
 }
-
-# kernel → its widest block for (16-bit inputs on sm_90, 16-bit inputs on sm_80, float32 inputs):
-# BK for the kernels that tile the features, BV for those that tile the values, both for the
-# segment kernels (which hold a BK × BV tile of a state); the delta rule's prepare and wy kernels
-# hold float32 C × C tiles (the inverse, dN) whatever the inputs. sm_80's products take their
-# operands from registers, where sm_90's read them from shared memory: its walks take narrower
-# tiles.
-WIDEST = {
-    "segment_sums": (64, 64, 32),
-    "segment_output": (64, 32, 16),
-    "segment_sums_bwd": (64, 64, 16),
-    "segment_dq": (64, 32, 16),
-    "segment_dk": (64, 32, 16),
-    "segment_dv": (64, 32, 16),
-    "walk_bwd": (64, 32, 16),
-    "delta_prepare": (16, 16, 16),
-    "delta_states": (16, 32, 16),
-    "delta_output": (64, 64, 16),
-    "delta_du_local": (64, 32, 16),
-    "delta_states_bwd": (16, 32, 16),
-    "delta_dqk": (32, 32, 16),
-    "delta_wy": (16, 16, 16),
-}
-ONE_STAGE = {"delta_prepare"}
-ONE_STAGE_BELOW_SM90 = {"walk_bwd"}  # whose registers, at 8 warps, still spill with two
-THREE_STAGES = {"delta_states", "delta_states_bwd"}  # on sm_90
-TWO_WARPS = {"delta_prepare"}  # its triangular substitution: fewer warps, more programs
-EIGHT_WARPS = {"walk_bwd"}  # its three walks' pointers and operands spill from 4 warps
 
 # Register budgets (ptxas' `maxnreg`, per thread) for the configurations in which ptxas, left to
 # itself, squeezes a kernel into the registers of one more program per multiprocessor and spills a
@@ -199,19 +149,49 @@ def kernel_chunk(chunk_size, dtype):
     return chunk_size // 2 if dtype == torch.float32 else chunk_size
 
 
-def tiles(kernel, arch, d_k, d_v, dtype):
-    """The tile of `kernel` (one of KERNELS) on compute capability `arch`, for head dims d_k and
-    d_v and the inputs' dtype.
+@dataclasses.dataclass(frozen=True)
+class TileRule:
+    """How a kernel picks its tile: its widest block for (16-bit inputs on sm_90, 16-bit inputs
+    on sm_80 and others, float32 inputs) — BK for the kernels that tile the features, BV for
+    those that tile the values, both for those that hold a BK × BV tile of a state — its warps,
+    and its pipeline stages (on sm_90, on the others)."""
 
-    >>> tiles("segment_dq", 90, 128, 128, torch.bfloat16)
+    widest: tuple[int, int, int]
+    num_warps: int = 4
+    num_stages: tuple[int, int] = (2, 2)
+
+
+def tile_rule(*, widest, num_warps=4, num_stages=(2, 2)):
+    """Give the `@triton.jit` kernel below its `TileRule` (`kernel.tile_rule`), written beside
+    the kernel; its source, and so its binaries, stay as they are."""
+    rule = TileRule(widest, num_warps, num_stages)
+
+    def attach(kernel):
+        kernel.tile_rule = rule
+        return kernel
+
+    return attach
+
+
+def kernel_name(kernel):
+    """A kernel's name without `_kernel`, as `REGISTER_BUDGETS` and the tile sweep name it."""
+    return kernel.fn.__name__.removesuffix("_kernel")
+
+
+def tiles(kernel, arch, d_k, d_v, dtype):
+    """The tile of `kernel` (a `@triton.jit` kernel with a `tile_rule`) on compute capability
+    `arch`, for head dims d_k and d_v and the inputs' dtype.
+
+    >>> from linattn_core.kernels.delta_rule.backward import delta_wy_kernel
+    >>> from linattn_core.kernels.linear_attention.backward import segment_dq_kernel
+    >>> tiles(segment_dq_kernel, 90, 128, 128, torch.bfloat16)
     Tile(block_k=64, block_v=64, num_warps=4, num_stages=2, max_registers=None)
-    >>> tiles("delta_wy", 90, 32, 16, torch.float32).launch_options
+    >>> tiles(delta_wy_kernel, 90, 32, 16, torch.float32).launch_options
     {'BK': 16, 'BV': 16, 'num_warps': 4, 'num_stages': 2, 'maxnreg': 136}
     """
-    widest = WIDEST[kernel][2 if dtype == torch.float32 else 0 if arch == 90 else 1]
+    rule = kernel.tile_rule
+    widest = rule.widest[2 if dtype == torch.float32 else 0 if arch == 90 else 1]
     block_k, block_v = min(d_k, widest), min(d_v, widest)
-    one = kernel in ONE_STAGE or (arch != 90 and kernel in ONE_STAGE_BELOW_SM90)
-    stages = 1 if one else 3 if arch == 90 and kernel in THREE_STAGES else 2
-    budget = REGISTER_BUDGETS.get((kernel, arch, str(dtype).removeprefix("torch."), d_k, d_v))
-    warps = 2 if kernel in TWO_WARPS else 8 if kernel in EIGHT_WARPS else 4
-    return Tile(block_k, block_v, warps, stages, max_registers=budget)
+    stages = rule.num_stages[0 if arch == 90 else 1]
+    key = (kernel_name(kernel), arch, str(dtype).removeprefix("torch."), d_k, d_v)
+    return Tile(block_k, block_v, rule.num_warps, stages, max_registers=REGISTER_BUDGETS.get(key))

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from linattn_core.attention import LinearAttentionState, linear_attention
-from linattn_core.delta import DELTA_RULE_METHODS, delta_rule
+from linattn_core.delta import delta_rule
+from linattn_core.methods import DELTA_RULE_METHODS
 from linattn_core.parallel.exchange import PassState, agree, summary_dtype
 from linattn_core.validation import (
     check_attention_inputs,

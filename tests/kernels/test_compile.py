@@ -1,4 +1,4 @@
-"""The compile check (`python -m linattn_core.kernels.compile`, `kernels/tools/compile.py`): it
+"""The compile check (`python -m linattn_core.kernels.compile`, `kernels/compile.py`): it
 finds what it must find, and the committed report describes the kernels as they are. `make
 gpu-compile` compiles a sample against the report and `make kernels-report` the whole matrix;
 these tests compile a handful of kernels, in a process without the Triton interpreter."""
@@ -13,8 +13,9 @@ import torch
 pytest.importorskip("triton")
 
 from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
+from linattn_core.kernels.compile import occupancy, status, tile_experiment
+from linattn_core.kernels.delta_rule.backward import delta_wy_kernel
 from linattn_core.kernels.tiles import GPU_LIMITS, REGISTER_BUDGETS, tiles
-from linattn_core.kernels.tools.compile import occupancy, status, tile_experiment
 from linattn_core.kernels.tools.launches import DTYPES
 from linattn_core.testing import run_python
 
@@ -50,7 +51,7 @@ def test_one_configuration_compiles_for_both_architectures_on_their_tensor_cores
     records = compile_in_subprocess(
         """
         import json, torch
-        from linattn_core.kernels.tools import compile as check
+        from linattn_core.kernels import compile as check
         from linattn_core.kernels.tools.launches import linear_attention_launches
 
         records = []
@@ -140,7 +141,7 @@ def test_committed_report_is_of_these_kernels_and_passes():
     problems = compile_in_subprocess(
         f"""
         import json
-        from linattn_core.kernels.tools.compile import check_report, load_report
+        from linattn_core.kernels.compile import check_report, load_report
 
         report = load_report({str(REPORT)!r})
         print(json.dumps(check_report(report, sample_compiled=False, progress=False)))
@@ -156,7 +157,7 @@ def test_a_stale_record_is_found_and_named():
     problems = compile_in_subprocess(
         f"""
         import json
-        from linattn_core.kernels.tools.compile import check_report, load_report
+        from linattn_core.kernels.compile import check_report, load_report
 
         report = load_report({str(REPORT)!r})
         report["records"][0]["inputs"] = "0" * 32
@@ -175,10 +176,10 @@ def test_a_stale_record_is_found_and_named():
 def test_a_register_budget_reaches_the_launch():
     """A configuration in `REGISTER_BUDGETS` launches with ptxas' `maxnreg`; the others leave
     ptxas its own choice."""
-    budgeted = tiles("delta_wy", 90, 32, 16, torch.float32)
+    budgeted = tiles(delta_wy_kernel, 90, 32, 16, torch.float32)
     assert budgeted.max_registers == REGISTER_BUDGETS["delta_wy", 90, "float32", 32, 16]
     assert budgeted.launch_options["maxnreg"] == budgeted.max_registers
-    assert "maxnreg" not in tiles("delta_wy", 90, 64, 64, torch.bfloat16).launch_options
+    assert "maxnreg" not in tiles(delta_wy_kernel, 90, 64, 64, torch.bfloat16).launch_options
 
 
 @pytest.mark.slow
@@ -187,7 +188,7 @@ def test_register_budget_fit_stops_a_spill():
     registers on sm_90 and spills; the fit finds the smallest budget that does not spill."""
     code = (
         "import json\n"
-        "from linattn_core.kernels.tools.compile import fit_register_budgets\n"
+        "from linattn_core.kernels.compile import fit_register_budgets\n"
         "record = {'kernel': 'delta_wy_kernel', 'arch': 90, 'dtype': 'float32', 'd': 32,\n"
         "          'd_v': 16, 'registers': 128, 'spill_bytes': 8}\n"
         "budgets = fit_register_budgets([record], jobs=1)\n"
@@ -209,7 +210,7 @@ def test_a_records_inputs_ignore_line_numbers_but_not_source(tmp_path):
         f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path)!r})
-        from linattn_core.kernels.tools.compile import source_key
+        from linattn_core.kernels.compile import source_key
         import moved_a, moved_b, moved_c
 
         print(json.dumps([source_key(m.kernel) for m in (moved_a, moved_b, moved_c)]))

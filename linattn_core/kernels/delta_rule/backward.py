@@ -30,10 +30,17 @@ import torch
 import triton
 import triton.language as tl
 
-from linattn_core.kernels.common import dot, split_dot
-from linattn_core.kernels.delta_rule.forward import delta_plan, delta_prepare, delta_states
+from linattn_core.kernels.common import dot, per_shape, split_dot
+from linattn_core.kernels.delta_rule.forward import (
+    delta_plan,
+    delta_prepare,
+    delta_states,
+    walk_launch,
+)
+from linattn_core.kernels.tiles import tile_rule, tiles
 
 
+@tile_rule(widest=(64, 32, 16))
 @triton.jit(do_not_specialize=["N"])
 def delta_du_local_kernel(
     q,  # [B, H, N, K]
@@ -70,6 +77,8 @@ def delta_du_local_kernel(
     )
 
 
+# a walk, as `delta_states_kernel`: 3 stages on sm_90
+@tile_rule(widest=(16, 32, 16), num_stages=(3, 2))
 @triton.jit(do_not_specialize=["N"])
 def delta_states_bwd_kernel(
     q,  # [B, H, N, K]
@@ -115,6 +124,7 @@ def delta_states_bwd_kernel(
         tl.store(ds0 + state, b_ds.to(ds0.dtype.element_ty))
 
 
+@tile_rule(widest=(32, 32, 16))
 @triton.jit(do_not_specialize=["N"])
 def delta_dqk_kernel(
     q,  # [B, H, N, K]
@@ -168,6 +178,8 @@ def delta_dqk_kernel(
     tl.store(dw + rows, (-b_dus).to(dw.dtype.element_ty), mask=m_t[:, None])  # dW = −dU S
 
 
+# float32 C × C tiles (dN) whatever the inputs
+@tile_rule(widest=(16, 16, 16))
 @triton.jit(do_not_specialize=["N"])
 def delta_wy_kernel(
     k,  # [B, H, N, K]
@@ -232,34 +244,49 @@ def delta_wy_kernel(
     tl.store(dbeta + i_bh * N + o_t, b_dbeta.to(dbeta.dtype.element_ty), mask=m_t)
 
 
+@per_shape
+def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
+    """The forward kernels' launches (`delta_plan`) and the backward kernels', decided once per
+    shape: {kernel: (grid, launch options)}."""
+    n_chunks, bh = -(-n // chunk_size), batch * heads
+    kernels = (delta_du_local_kernel, delta_states_bwd_kernel, delta_dqk_kernel, delta_wy_kernel)
+    du, states, dqk, wy = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
+    return delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch) | {
+        delta_du_local_kernel: ((d_v // du.block_v, n_chunks, bh), du.launch_options),
+        delta_states_bwd_kernel: walk_launch(states, d_v, bh),
+        delta_dqk_kernel: ((d_k // dqk.block_k, n_chunks, bh), dqk.launch_options),
+        delta_wy_kernel: ((n_chunks, bh), wy.launch_options),
+    }
+
+
 def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch):
     """Gradients (dq, dk, dv, dβ, d initial state) of the delta rule for the gradients `do` of
     the outputs and `ds_final` of the final state. Inputs contiguous."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     sizes = (n, d_k, d_v, chunk_size)
-    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
     prepared = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, store_a=True, plan=plan)
     a, w, u_free = prepared
     u = torch.empty_like(u_free)
     h, _ = delta_states(k, w, u_free, u, initial_state, chunk_size=chunk_size, plan=plan)
 
     du = torch.empty_like(v)
-    grid, options = plan["delta_du_local"]
+    grid, options = plan[delta_du_local_kernel]
     delta_du_local_kernel[grid](q, k, do, du, *sizes, **options)
     dh = torch.empty_like(h)
     ds0 = None if initial_state is None else torch.empty_like(initial_state)
-    grid, options = plan["delta_states_bwd"]
+    grid, options = plan[delta_states_bwd_kernel]
     delta_states_bwd_kernel[grid](q, k, w, do, ds_final, dh, du, ds0, *sizes, **options)
 
     dq = torch.empty_like(q)
     dk_partial, dw = torch.empty_like(q, dtype=torch.float32), torch.empty_like(q)
-    grid, options = plan["delta_dqk"]
+    grid, options = plan[delta_dqk_kernel]
     delta_dqk_kernel[grid](q, k, u, do, h, dh, du, dq, dk_partial, dw, *sizes, **options)
     del u, h, dh  # the last kernel allocates dk and dv: free what it does not read
 
     dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
-    grid, options = plan["delta_wy"]
+    grid, options = plan[delta_wy_kernel]
     delta_wy_kernel[grid](
         k, v, beta, a, w, u_free, dw, du, dk_partial, dk, dv, dbeta, *sizes, **options
     )

@@ -9,21 +9,26 @@ v, β and the initial state). The forward pass saves only its inputs; the backwa
 A, W, U and the states.
 """
 
-import math
-
 import torch
 
 from linattn_core.kernels.common import check_inputs, check_kernel_inputs, device_arch
 from linattn_core.kernels.delta_rule.backward import delta_rule_bwd
 from linattn_core.kernels.delta_rule.forward import delta_rule_fwd
+from linattn_core.kernels.layout import (
+    as_heads,
+    contiguous,
+    from_heads,
+    has_work,
+    passed_state,
+    zero_grads,
+)
 from linattn_core.kernels.tiles import kernel_chunk
 
 
 def delta_forward(q, k, v, beta, s0, chunk_size):
     """The forward pass on contiguous `(B, H, N, ·)` inputs: (o, the final state)."""
-    if v.numel() == 0:  # no heads: nothing to launch
-        state = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0
-        return torch.empty_like(v), state.clone()
+    if not has_work(v):  # no tokens or no heads: the state passes through
+        return torch.empty_like(v), passed_state(s0, (*v.shape[:2], v.shape[-1], q.shape[-1]), v)
     options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
     return delta_rule_fwd(q, k, v, beta, s0, **options)
 
@@ -31,9 +36,8 @@ def delta_forward(q, k, v, beta, s0, chunk_size):
 def delta_backward(q, k, v, beta, s0, do, ds, chunk_size):
     """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or None without S_0) for the gradients of the
     outputs and of the final state, on the forward pass's contiguous inputs."""
-    if v.numel() == 0:
-        zeros = (torch.zeros_like(x) for x in (q, k, v, beta))
-        return *zeros, None if s0 is None else ds.clone()
+    if not has_work(v):  # the final state was the initial one
+        return *zero_grads(q, k, v, beta), None if s0 is None else ds.clone()
     options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
     return delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), **options)
 
@@ -45,8 +49,7 @@ class DeltaRule(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, beta, initial_state, chunk_size):
-        q, k, v, beta = q.contiguous(), k.contiguous(), v.contiguous(), beta.contiguous()
-        s0 = None if initial_state is None else initial_state.contiguous()
+        q, k, v, beta, s0 = contiguous(q, k, v, beta, initial_state)  # the kernels' layout
         ctx.chunk_size = chunk_size
         ctx.save_for_backward(q, k, v, beta, s0)
         return delta_forward(q, k, v, beta, s0, chunk_size)
@@ -88,18 +91,9 @@ def delta_rule_kernels(q, k, v, beta, *, chunk_size, initial_state):
     them (`check_kernel_inputs`), and the passes, in eager mode through `DeltaRule`, under
     `torch.compile` through the operators of `ops.py`."""
     check_kernel_inputs("delta_rule", ("q", "k", "v"), q, v, chunk_size=chunk_size)
-    *batch, n, d_k = q.shape
-    d_v = v.shape[-1]
     apply = DeltaRule.apply
     if torch.compiler.is_compiling():
         from linattn_core.kernels.ops import delta_rule as apply
-    if len(batch) != 2:  # other leading dimensions become (1, heads)
-        heads = math.prod(batch)
-        q, k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (q, k, v))
-        beta = beta.reshape(1, heads, n)
-        if initial_state is not None:
-            initial_state = initial_state.reshape(1, heads, d_v, d_k)
-    o, state = apply(q, k, v, beta, initial_state, chunk_size)
-    if len(batch) == 2:
-        return o, state
-    return o.reshape(*batch, n, d_v), state.reshape(*batch, d_v, d_k)
+    batch = q.shape[:-2]
+    inputs = as_heads(batch, q, k, v, beta, initial_state)
+    return from_heads(batch, *apply(*inputs, chunk_size))

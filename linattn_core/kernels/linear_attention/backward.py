@@ -66,7 +66,7 @@ from linattn_core.kernels.linear_attention.forward import (
     state_tile,
     store_state,
 )
-from linattn_core.kernels.tiles import tiles
+from linattn_core.kernels.tiles import tile_rule, tiles
 
 
 @triton.jit
@@ -153,6 +153,7 @@ def chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE: tl.constexpr):
     return b_dv + dot_state(b_k, b_d, False)  # k_j D_t
 
 
+@tile_rule(widest=(64, 64, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_sums_bwd_kernel(
     q,  # [B, H, N, K]
@@ -221,6 +222,7 @@ def segment_sums_bwd_kernel(
         initial_state(None, None, ds, ys, row - 1, i_bh, o_k, o_v, i_v, K, V, BK, BV, NORMALIZE)
 
 
+@tile_rule(widest=(64, 32, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_dq_kernel(
     k,  # [B, H, N, K]
@@ -273,6 +275,7 @@ def segment_dq_kernel(
         b_h = dot(tl.trans(b_k), b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
 
 
+@tile_rule(widest=(64, 32, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_dk_kernel(
     q,  # [B, H, N, K]
@@ -328,6 +331,7 @@ def segment_dk_kernel(
         tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
 
 
+@tile_rule(widest=(64, 32, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_dv_kernel(
     q,  # [B, H, N, K]
@@ -372,6 +376,10 @@ def segment_dv_kernel(
         tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
 
 
+# 8 warps: the three walks' pointers and operands spill from 4 (16-bit, normalized: up to 68
+# bytes on sm_90 from d = 64, 8 on sm_89; a short sequence's B·H programs do not miss the
+# occupancy); 1 stage below sm_90, where 2 spilled 8 bytes in one of 192 configurations
+@tile_rule(widest=(64, 32, 16), num_warps=8, num_stages=(2, 1))
 @triton.jit(do_not_specialize=["N"])
 def walk_bwd_kernel(
     q,  # [B, H, N, K]
@@ -501,7 +509,7 @@ def chunk_linear_attention_bwd(
         the gradients the kernel writes; where a gradient's sum runs over several of the
         kernel's tiles (`shares` > 1), each tile writes its share in float32, and the shares
         are added up here."""
-        grid, options, shares = launches[kernel.fn.__name__]
+        grid, options, shares = launches[kernel]
         written = [
             grad if share == 1 else grad.new_empty((share, *grad.shape), dtype=torch.float32)
             for grad, share in zip(outputs, shares, strict=True)
@@ -513,7 +521,7 @@ def chunk_linear_attention_bwd(
 
     h0, z0 = initial_state or (None, None)
     d_final, y_final = final_state_grad or (None, None)
-    if "walk_bwd_kernel" in launches:  # one walk there and back: no sums
+    if walk_bwd_kernel in launches:  # one walk there and back: no sums
         dh0 = dz0 = None
         if initial_state_grad:
             dh0 = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
@@ -528,7 +536,7 @@ def chunk_linear_attention_bwd(
         )  # fmt: skip
         return dq, dk, dv, (dh0, dz0) if initial_state_grad else None
 
-    rows = launches["segment_dq_kernel"][0][1] + 1  # the initial state, then each segment's sums
+    rows = launches[segment_dq_kernel][0][1] + 1  # the initial state, then each segment's sums
     hs, ds = (q.new_empty(batch, heads, rows, d_k, d_v, dtype=torch.float32) for _ in "hd")
     zs, ys = (
         (q.new_empty(batch, heads, rows, d_k, dtype=torch.float32) for _ in "zy")
@@ -553,31 +561,31 @@ def chunk_linear_attention_bwd(
 
 # the kernels of a backward pass: one walk, or segments; for each, the gradients it writes and
 # the tiles ("k": feature, "v": value) whose shares they sum
-WALK = {"walk_bwd": ("v", "v", "k")}
+WALK = {walk_bwd_kernel: ("v", "v", "k")}
 SEGMENTS = {
-    "segment_sums_bwd": (),
-    "segment_dq": ("v",),
-    "segment_dk": ("v",),
-    "segment_dv": ("k",),
+    segment_sums_bwd_kernel: (),
+    segment_dq_kernel: ("v",),
+    segment_dk_kernel: ("v",),
+    segment_dv_kernel: ("k",),
 }
 
 
 @per_shape
 def backward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
     """The launch decisions of a backward pass, made once per shape and GPU (`sms`
-    multiprocessors): (chunks per segment, {kernel name: (grid, launch options, the shares each
+    multiprocessors): (chunks per segment, {kernel: (grid, launch options, the shares each
     gradient it writes is cut into)}), the kernels of one walk (`walk_bwd_kernel`, a sequence
     of one segment) or of segments."""
-    tile = tiles("segment_dq", arch, d_k, d_v, dtype)
+    tile = tiles(segment_dq_kernel, arch, d_k, d_v, dtype)
     n_chunks = -(-n // chunk_size)
     programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
     segment = segment or segment_length(n_chunks, programs, sms)
     n_segments = -(-n_chunks // segment)
     launches = {}
-    for name, overs in (WALK if n_segments == 1 else SEGMENTS).items():
-        tile = tiles(name, arch, d_k, d_v, dtype)
+    for kernel, overs in (WALK if n_segments == 1 else SEGMENTS).items():
+        tile = tiles(kernel, arch, d_k, d_v, dtype)
         tiles_k, tiles_v = d_k // tile.block_k, d_v // tile.block_v
         shares = tuple(tiles_k if over == "k" else tiles_v for over in overs)
         grid = (tiles_k * tiles_v, n_segments, batch * heads)
-        launches[f"{name}_kernel"] = (grid, tile.launch_options, shares)
+        launches[kernel] = (grid, tile.launch_options, shares)
     return segment, launches

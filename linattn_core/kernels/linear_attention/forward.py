@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from linattn_core.kernels.common import dot, multiprocessors, per_shape
-from linattn_core.kernels.tiles import tiles
+from linattn_core.kernels.tiles import tile_rule, tiles
 
 MAX_SEGMENTS = 64  # at most this many segments (rows of prefix sums) a head
 PROGRAMS_PER_SM = 4  # programs the segments should give each multiprocessor
@@ -66,6 +66,7 @@ def dot_state(x, b_s, TWO_TERMS: tl.constexpr):
     return b_o * scale
 
 
+@tile_rule(widest=(64, 64, 32))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_sums_kernel(
     k,  # [B, H, N, K]
@@ -172,6 +173,7 @@ def initial_state(
             tl.store(zs + row * K + o_k, b_z)
 
 
+@tile_rule(widest=(64, 32, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_output_kernel(
     q,  # [B, H, N, K]
@@ -270,7 +272,7 @@ def forward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segmen
     tiles `split` it is cut into, the chunks per segment (`segment`, or `segment_length`'s),
     the grid, and for a sequence of several segments the sums kernel's options, grid and
     number of segments (else None)."""
-    tile = tiles("segment_output", arch, d_k, d_v, dtype)
+    tile = tiles(segment_output_kernel, arch, d_k, d_v, dtype)
     n_chunks = -(-n // chunk_size)
     split = d_k // tile.block_k
     programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
@@ -278,7 +280,7 @@ def forward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segmen
     n_segments = -(-n_chunks // segment)
     sums = None
     if n_segments > 1:
-        sums_tile = tiles("segment_sums", arch, d_k, d_v, dtype)
+        sums_tile = tiles(segment_sums_kernel, arch, d_k, d_v, dtype)
         sums_grid = (
             (d_k // sums_tile.block_k) * (d_v // sums_tile.block_v),
             n_segments,

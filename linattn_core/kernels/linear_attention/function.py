@@ -19,11 +19,17 @@ of ones),
 chunk by chunk, recomputing the forward states instead of storing them: O(N(d + d_v)) memory.
 """
 
-import math
-
 import torch
 
 from linattn_core.kernels.common import check_kernel_inputs, device_arch
+from linattn_core.kernels.layout import (
+    as_heads,
+    contiguous,
+    from_heads,
+    has_work,
+    passed_state,
+    zero_grads,
+)
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import kernel_chunk
@@ -35,12 +41,12 @@ def linear_forward(q, k, v, s0, z0, normalize, eps, chunk_size, final, keep):
     pass when `keep` (o itself for float32 inputs) else None, r `(B, H, N)` float32 or None
     (not normalized), S_N and z_N in v's dtype, or None when not `final`)."""
     options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
-    if v.numel() == 0:  # no tokens or no heads: the state passes through
+    if not has_work(v):  # no tokens or no heads: the state passes through
         if not final:
             return torch.empty_like(v), None, None, None, None
-        s_n = v.new_zeros(*v.shape[:2], v.shape[-1], q.shape[-1]) if s0 is None else s0.clone()
-        z_n = q.new_zeros(q.shape[:2] + q.shape[3:]) if z0 is None else z0.clone()
-        return torch.empty_like(v), None, None, s_n, z_n if normalize else None
+        s_n = passed_state(s0, (*v.shape[:2], v.shape[-1], q.shape[-1]), v)
+        z_n = passed_state(z0, q.shape[:2] + q.shape[3:], q) if normalize else None
+        return torch.empty_like(v), None, None, s_n, z_n
     o, rden, o32, final_state = chunk_linear_attention_fwd(
         q, k, v, None if s0 is None else (s0, z0), normalize=normalize, eps=eps,
         keep_float32=keep, final_state=final, **options,
@@ -56,13 +62,12 @@ def linear_backward(q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chun
     state's (ds_n, dz_n, each None when unused) on the forward pass's contiguous inputs, its
     float32 o and r (`linear_forward`); the initial state's in v's dtype when `initial_grad`
     and the state was given, else None."""
-    if v.numel() == 0:  # the final state was the initial one
-        zeros = (torch.zeros_like(x) for x in (q, k, v))
+    if not has_work(v):  # the final state was the initial one
         passed = (
             None if x is None or not initial_grad else torch.zeros_like(x) if g is None else g
             for g, x in ((ds_n, s0), (dz_n, z0))
         )
-        return *zeros, *passed
+        return *zero_grads(q, k, v), *passed
     dq, dk, dv, initial = chunk_linear_attention_bwd(
         q, k, v, o, rden, torch.zeros_like(v) if do is None else do.contiguous(),
         None if s0 is None else (s0, z0),
@@ -87,10 +92,7 @@ class CausalLinearAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi_q, phi_k, v, s0, z0, normalize, eps, chunk_size, final):
         ctx.set_materialize_grads(False)  # an unused final state adds nothing to the backward
-        q, k, v = phi_q.contiguous(), phi_k.contiguous(), v.contiguous()  # the kernels' layout
-        if s0 is not None:
-            s0 = s0.contiguous()
-            z0 = None if z0 is None else z0.contiguous()
+        q, k, v, s0, z0 = contiguous(phi_q, phi_k, v, s0, z0)  # the kernels' layout
         keep = normalize and any(ctx.needs_input_grad[:5])  # the backward's a = −g·o needs o
         o, o32, rden, s_n, z_n = linear_forward(
             q, k, v, s0, z0, normalize, eps, chunk_size, final, keep
@@ -184,25 +186,15 @@ def linear_attention_kernels(
     if not causal:
         return _non_causal(phi_q, phi_k, v, s0, z0, normalize, eps, output_final_state)
 
-    *batch, n, d = phi_q.shape
-    d_v = v.shape[-1]
-    options = (normalize, eps, chunk_size, output_final_state)
     apply = CausalLinearAttention.apply
     if torch.compiler.is_compiling():
         from linattn_core.kernels.ops import causal_linear_attention as apply
-    if len(batch) == 2:  # (B, H, N, ·): the kernels' layout as it is, no views to trace back
-        out, s_n, z_n = apply(phi_q, phi_k, v, s0, z0, *options)
-        return (out, (s_n, z_n)) if output_final_state else out
-    heads = math.prod(batch)  # other leading dimensions become (1, heads)
-    phi_q, phi_k, v = (x.reshape(1, heads, n, x.shape[-1]) for x in (phi_q, phi_k, v))
-    if s0 is not None:
-        s0 = s0.reshape(1, heads, d_v, d)
-        z0 = None if z0 is None else z0.reshape(1, heads, d)
-    out, s_n, z_n = apply(phi_q, phi_k, v, s0, z0, *options)
-    out = out.reshape(*batch, n, d_v)
-    if not output_final_state:
-        return out
-    return out, (s_n.reshape(*batch, d_v, d), None if z_n is None else z_n.reshape(*batch, d))
+    batch = phi_q.shape[:-2]
+    inputs = as_heads(batch, phi_q, phi_k, v, s0, z0)
+    out, s_n, z_n = from_heads(
+        batch, *apply(*inputs, normalize, eps, chunk_size, output_final_state)
+    )
+    return (out, (s_n, z_n)) if output_final_state else out
 
 
 def _non_causal(phi_q, phi_k, v, s0, z0, normalize, eps, output_final_state):

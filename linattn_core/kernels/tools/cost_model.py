@@ -41,7 +41,18 @@ import torch
 import triton
 
 from linattn_core.costs import flop_count, traffic_bytes
-from linattn_core.kernels.linear_attention.forward import segment_length
+from linattn_core.kernels.linear_attention.backward import (
+    segment_dk_kernel,
+    segment_dq_kernel,
+    segment_dv_kernel,
+    segment_sums_bwd_kernel,
+    walk_bwd_kernel,
+)
+from linattn_core.kernels.linear_attention.forward import (
+    segment_length,
+    segment_output_kernel,
+    segment_sums_kernel,
+)
 from linattn_core.kernels.tiles import kernel_chunk, tiles
 
 
@@ -115,7 +126,7 @@ class _Shape:
 def _shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment, multiprocessors):
     if segment is None:
         multiprocessors = multiprocessors or {80: 108, 90: 132}[90 if arch == 90 else 80]
-        tile = tiles("segment_output", arch, d, d_v, dtype)
+        tile = tiles(segment_output_kernel, arch, d, d_v, dtype)
         programs = batch_heads * (d // tile.block_k) * (d_v // tile.block_v)
         segment = segment_length(triton.cdiv(n, chunk_size), programs, multiprocessors)
     return _Shape(batch_heads, n, d, d_v, chunk_size, dtype, normalize, arch, segment)
@@ -225,7 +236,9 @@ def kernel_roofline_crossover_length(
     return crossover
 
 
-def _per_head(name, s, flops, moved):
+def _per_head(kernel, s, flops, moved):
+    """The cost of `kernel` (or of torch's work, named by a string) for all B·H heads."""
+    name = kernel if isinstance(kernel, str) else kernel.fn.__name__
     return KernelCost(name, s.bh * flops, s.bh * moved)
 
 
@@ -248,15 +261,15 @@ def _starts(s, rows):
 
 
 def _sums(s):
-    nk, nv = s.tiles("segment_sums")
+    nk, nv = s.tiles(segment_sums_kernel)
     rows = s.ns + 1  # the initial state (zeros), then each segment's sums
     moved = s.b * s.nt * s.c * (s.d * nv + s.d_v * nk) + 4 * rows * s.d * s.d_v
     moved += 4 * rows * s.d if s.normalize else 0  # z, by the first value tile
-    return _per_head("segment_sums_kernel", s, 2 * s.nt * s.c * s.d * s.d_v, moved)
+    return _per_head(segment_sums_kernel, s, 2 * s.nt * s.c * s.d * s.d_v, moved)
 
 
 def _output(s, keep_float32):
-    nk, nv = s.tiles("segment_output")
+    nk, nv = s.tiles(segment_output_kernel)
     moved = 4 * _starts(s, s.ns) * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
     moved += s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
     moved += _out_bytes(s, nk) * s.nt * s.c * s.d_v * nk
@@ -266,19 +279,19 @@ def _output(s, keep_float32):
         moved += 4 * s.nt * s.c * nk
     c = s.c
     flops = 2 * s.nt * (2 * c * s.d * s.d_v + c * c * s.d * nv + c * c * s.d_v * nk)
-    return _per_head("segment_output_kernel", s, flops, moved)
+    return _per_head(segment_output_kernel, s, flops, moved)
 
 
 def _sums_bwd(s):
-    nk, nv = s.tiles("segment_sums_bwd")
+    nk, nv = s.tiles(segment_sums_bwd_kernel)
     rows = s.ns + 1  # as in the forward pass: the initial state (zeros), then the segments
     moved = s.b * s.nt * s.c * (2 * s.d * nv + 2 * s.d_v * nk) + 8 * rows * s.d * s.d_v
     if s.normalize:  # r and a per program, z and y by the first value tile
         moved += 8 * s.nt * s.c * nk * nv + 8 * rows * s.d
-    return _per_head("segment_sums_bwd_kernel", s, 4 * s.nt * s.c * s.d * s.d_v, moved)
+    return _per_head(segment_sums_bwd_kernel, s, 4 * s.nt * s.c * s.d * s.d_v, moved)
 
 
-def _dq(s, kernel="segment_dq"):
+def _dq(s, kernel=segment_dq_kernel):
     nk, nv = s.tiles(kernel)
     moved = 4 * _starts(s, s.ns) * (s.d * s.d_v + (s.d * nv if s.normalize else 0))
     moved += s.b * s.nt * s.c * (s.d * nv + 2 * s.d_v * nk)
@@ -287,10 +300,10 @@ def _dq(s, kernel="segment_dq"):
     moved += _out_bytes(s, nv) * s.nt * s.c * s.d * nv
     c, kv = s.c, s.d * s.d_v
     flops = 2 * s.nt * (c * c * s.d_v * nk + (s.two_terms + 1) * c * kv + c * c * s.d * nv)
-    return _per_head("segment_dq_kernel", s, flops, moved)
+    return _per_head(segment_dq_kernel, s, flops, moved)
 
 
-def _dk(s, kernel="segment_dk"):
+def _dk(s, kernel=segment_dk_kernel):
     nk, nv = s.tiles(kernel)
     after = _starts(s, 2 * s.ns)  # prefix sums read before the walks: all, less those before
     moved = 4 * after * (s.d * s.d_v + (s.d if s.normalize else 0))
@@ -300,10 +313,10 @@ def _dk(s, kernel="segment_dk"):
     moved += _out_bytes(s, nv) * s.nt * s.c * s.d * nv
     c, kv = s.c, s.d * s.d_v
     flops = 2 * s.nt * ((s.two_terms + 1) * c * kv + c * c * s.d_v * nk + c * c * s.d * nv)
-    return _per_head("segment_dk_kernel", s, flops, moved)
+    return _per_head(segment_dk_kernel, s, flops, moved)
 
 
-def _dv(s, kernel="segment_dv"):
+def _dv(s, kernel=segment_dv_kernel):
     nk, nv = s.tiles(kernel)
     after = _starts(s, 2 * s.ns)
     moved = 4 * after * s.d * s.d_v + s.b * s.nt * s.c * (2 * s.d * nv + s.d_v * nk)
@@ -312,12 +325,12 @@ def _dv(s, kernel="segment_dv"):
     moved += _out_bytes(s, nk) * s.nt * s.c * s.d_v * nk
     c, kv = s.c, s.d * s.d_v
     flops = 2 * s.nt * (c * c * s.d * nv + 2 * c * kv + c * c * s.d_v * nk)
-    return _per_head("segment_dv_kernel", s, flops, moved)
+    return _per_head(segment_dv_kernel, s, flops, moved)
 
 
 def _walk_bwd(s):
     """The three walks of one program (dq, then dk and dv back): the segment kernels' counts for
     the tiles of `walk_bwd`, without the sums they start from."""
-    walks = (_dq(s, "walk_bwd"), _dk(s, "walk_bwd"), _dv(s, "walk_bwd"))
+    walks = (_dq(s, walk_bwd_kernel), _dk(s, walk_bwd_kernel), _dv(s, walk_bwd_kernel))
     flops, moved = (sum(getattr(w, field) for w in walks) for field in ("flops", "bytes"))
-    return KernelCost("walk_bwd_kernel", flops, moved)
+    return KernelCost(walk_bwd_kernel.fn.__name__, flops, moved)
