@@ -51,6 +51,7 @@ __all__ = [
     "delta_rule",
     "delta_rule_loop",
     "deltanet_inputs",
+    "gated_delta_rule",
     "triangular_inverse",
     "triangular_matrix",
     "triangular_solve",
@@ -485,3 +486,7 @@ def _check_one_per_row(fn, name, x, q, *, rows):
             f"got q.shape={tuple(q.shape)}, {name}.shape={tuple(x.shape)}"
         )
     check_same_dtype_and_device(fn, "q", q, **{name: x})
+
+
+# the gated rule (linattn_core/gated.py) builds on the helpers above; api.md names it here too
+from linattn_core.gated import gated_delta_rule  # noqa: E402

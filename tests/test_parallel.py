@@ -7,6 +7,7 @@ import torch
 
 from linattn_core.attention import linear_attention
 from linattn_core.delta import delta_rule, deltanet_inputs
+from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.parallel import (
     bytes_per_rank,
     context_parallel_delta_rule,
@@ -22,6 +23,7 @@ from linattn_core.testing import random_qkv, relative_error
 BASE = {"batch": (2,), "d": 3, "d_v": 2, "dtype": torch.float64, "seed": 0}
 LINEAR = dict(BASE, kind="linear", reference="parallel")
 DELTA = dict(BASE, kind="delta", reference="recurrent")
+GATED = dict(BASE, kind="gated", reference="recurrent")
 CASES = {
     "normalized, empty shard": dict(LINEAR, lengths=[5, 0, 7], normalize=True, method="chunked"),
     "unnormalized": dict(LINEAR, lengths=[4, 3, 1], normalize=False, method="recurrent"),
@@ -31,6 +33,8 @@ CASES = {
     "delta, empty shard": dict(DELTA, lengths=[5, 0, 7], method="chunked"),
     "delta, one token": dict(DELTA, lengths=[1, 6, 2], method="recurrent"),
     "delta, 10 times longer": dict(DELTA, lengths=[50, 0, 70], method="chunked"),
+    "gated, empty shard": dict(GATED, lengths=[5, 0, 7], method="chunked"),
+    "gated, one token": dict(GATED, lengths=[1, 6, 2], method="recurrent"),
 }
 
 
@@ -48,8 +52,10 @@ def test_every_rank_matches_one_process(three_ranks, name):
         for quantity, error in result["errors"].items():
             assert error < 1e-10, f"{name}, rank {rank}, {quantity}: {error:.1e}"
         expected = {"output", "grad_q", "grad_k", "grad_v"}
-        if CASES[name]["kind"] == "delta":
+        if CASES[name]["kind"] != "linear":
             expected |= {"state", "grad_beta"}
+        if CASES[name]["kind"] == "gated":
+            expected |= {"grad_g"}
         assert set(result["errors"]) == expected
 
 
@@ -108,10 +114,15 @@ def test_linear_shards_add():
     assert relative_error(state, v.mT @ k) < 1e-12
 
 
-def test_the_gate_is_not_yet_available():
-    q, k, v, beta, _ = deltanet_inputs(n=4, d_k=2, d_v=2)
-    with pytest.raises(NotImplementedError, match="gated delta rule"):
-        context_parallel_delta_rule(q, k, v, beta, torch.zeros_like(beta))
+def test_a_gate_scales_the_shard_map_by_its_total():
+    """With gates, the widened rule's transition is exp(g_1 + … + g_n) times the ungated one:
+    a scalar per token commutes with every factor I − β k kᵀ."""
+    _, k, _, beta, g, _ = gated_deltanet_inputs(2, n=9, d_k=4, d_v=3, gate=(-1.5, 0.0))
+    identity = torch.eye(4, dtype=k.dtype).expand(2, 4, 4)
+    zeros = torch.zeros(2, 9, 4, dtype=k.dtype)
+    _, gated = gated_delta_rule(k, k, zeros, beta, g, initial_state=identity)
+    _, plain = delta_rule(k, k, zeros, beta, initial_state=identity)
+    assert relative_error(gated, g.sum(-1).exp()[..., None, None] * plain) < 1e-12
 
 
 def test_without_a_process_group_the_error_says_so():
@@ -126,6 +137,7 @@ MISMATCHES = {
     "same number of batch dimensions": dict(DELTA, per_rank=[{"batch": (2, 1)}, {"batch": (2,)}]),
     "same dtype": dict(DELTA, per_rank=[{}, {"dtype": torch.float32}]),
     "same d_v": dict(DELTA, per_rank=[{"d_v": 5}, {}]),
+    "same gated": dict(DELTA, per_rank=[{"kind": "gated"}, {}]),
     "same normalize": dict(LINEAR, normalize=True, per_rank=[{}, {"normalize": False}]),
     "same need for gradients": dict(LINEAR, normalize=True, per_rank=[{"grad": True}, {}]),
     "failed their checks": dict(LINEAR, normalize=True, per_rank=[{}, {"method": "fast"}]),

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from linattn_core.attention import LinearAttentionState, linear_attention
 from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule
 from linattn_core.methods import DELTA_RULE_METHODS
 from linattn_core.parallel.exchange import PassState, agree, summary_dtype
 from linattn_core.validation import (
@@ -114,9 +115,10 @@ def context_parallel_delta_rule(q, k, v, beta, g=None, *, group=None, method="au
     Args:
         q, k: this rank's queries and keys `(..., N_r, d_k)`; v: values `(..., N_r, d_v)`;
         beta: rates `(..., N_r)` (as `delta.delta_rule`).
-        g: the log gates of the gated delta rule. Not available yet: the package has no
-            `gated_delta_rule`, so g must be None (NotImplementedError otherwise); the gate
-            will enter as one factor exp(g_t) of M_r.
+        g: this rank's log-gates `(..., N_r)` for the gated delta rule (`gated_delta_rule`), or
+            None for the delta rule. A gate is a scalar per token, so it commutes with every
+            factor of M_r and enters it as one factor exp(g_1 + … + g_{N_r}): the same
+            summary, from `gated_delta_rule` on the widened values. All ranks pass g or none.
         group: the `torch.distributed` process group (None: the default group). Any backend.
         method: as in `delta_rule`, for this rank's outputs; the summary uses "auto" for
             "auto" and "triton" (Triton where the kernels take the widened values, "chunked"
@@ -127,25 +129,26 @@ def context_parallel_delta_rule(q, k, v, beta, g=None, *, group=None, method="au
         `(..., d_v, d_k)`, the same on every rank (its gradients from all ranks add up).
 
     Raises:
-        NotImplementedError for a gate g; otherwise as `context_parallel_linear_attention`
-        (ranks that disagree on dtype, batch dimensions, d_k or d_v raise ValueError on
-        every rank).
+        As `context_parallel_linear_attention`: ranks that disagree on dtype, batch dimensions,
+        d_k, d_v or whether g is given raise ValueError on every rank.
     """
     fn = "context_parallel_delta_rule"
-    if g is not None:
-        raise NotImplementedError(
-            f"{fn}: the gated delta rule (g given) is not yet available in linattn_core; "
-            "pass g=None"
-        )
     group = _group(fn, group)
     error = _local_error(
         lambda: (
             check_attention_inputs(fn, ("q", "k", "v"), q, k, v),
-            _check_beta(fn, beta, q),
+            _check_beta(fn, "beta", beta, q),
+            None if g is None else _check_beta(fn, "g", g, q),
             check_choice(fn, "method", method, DELTA_RULE_METHODS),
         )
     )
-    _agree(fn, group, error, (q, k, v, beta), flag=("gated", False))
+    _agree(
+        fn,
+        group,
+        error,
+        (q, k, v, beta, *([] if g is None else [g])),
+        flag=("gated", g is not None),
+    )
     dtype, d_k, d_v = summary_dtype(q.dtype), q.shape[-1], v.shape[-1]
     batch = q.shape[:-2]
     widened = torch.cat([v.to(dtype), v.new_zeros(*v.shape[:-1], d_k, dtype=dtype)], dim=-1)
@@ -156,16 +159,30 @@ def context_parallel_delta_rule(q, k, v, beta, g=None, *, group=None, method="au
     if q.shape[-2] == 0:  # the identity map, from k and v so that backward reaches the exchange
         after = start + widened.mT @ keys
     else:
-        _, after = delta_rule(
-            keys, keys, widened, rates, method=summary_method, initial_state=start.contiguous()
+        gates = None if g is None else g.to(dtype)
+        _, after = _delta(
+            keys,
+            keys,
+            widened,
+            rates,
+            gates,
+            method=summary_method,
+            initial_state=start.contiguous(),
         )
     shift, transition = after[..., :d_v, :], after[..., d_v:, :]  # [U_r; M_r]
     prefix, final = PassState.apply(shift, transition, group, True)
     prefix, final = prefix.to(q.dtype), final.to(q.dtype)
     if q.shape[-2] == 0:  # empty, but computed from the state so that backward reaches it
         return q @ prefix.mT, final
-    o, _ = delta_rule(q, k, v, beta, method=method, initial_state=prefix)
+    o, _ = _delta(q, k, v, beta, g, method=method, initial_state=prefix)
     return o, final
+
+
+def _delta(q, k, v, beta, g, **options):
+    """`delta_rule`, or `gated_delta_rule` when log-gates g are given."""
+    if g is None:
+        return delta_rule(q, k, v, beta, **options)
+    return gated_delta_rule(q, k, v, beta, g, **options)
 
 
 def _group(fn, group):
@@ -202,12 +219,12 @@ def _agree(fn, group, error, inputs, *, flag):
     agree(fn, group, error=None, dtype=q.dtype, batch=q.shape[:-2], sizes=sizes)
 
 
-def _check_beta(fn, beta, q):
-    """beta `(..., N)`: one rate per token of q, of q's dtype and device."""
-    check_tensor(fn, "beta", beta, min_rank=1)
-    if beta.shape != q.shape[:-1]:
+def _check_beta(fn, name, x, q):
+    """beta or g `(..., N)`: one number per token of q, of q's dtype and device."""
+    check_tensor(fn, name, x, min_rank=1)
+    if x.shape != q.shape[:-1]:
         raise ValueError(
-            f"{fn}: beta must have shape q.shape[:-1] = (..., N); "
-            f"got q.shape={tuple(q.shape)}, beta.shape={tuple(beta.shape)}"
+            f"{fn}: {name} must have shape q.shape[:-1] = (..., N); "
+            f"got q.shape={tuple(q.shape)}, {name}.shape={tuple(x.shape)}"
         )
-    check_same_dtype_and_device(fn, "q", q, beta=beta)
+    check_same_dtype_and_device(fn, "q", q, **{name: x})

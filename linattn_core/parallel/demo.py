@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from linattn_core.attention import linear_attention
 from linattn_core.delta import delta_rule, deltanet_inputs
+from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.parallel.context import (
     context_parallel_delta_rule,
     context_parallel_linear_attention,
@@ -25,7 +26,7 @@ __all__ = ["compare", "inputs", "measure", "mismatch", "one_process_seconds", "t
 def inputs(case):
     """The whole sequence's inputs of a case, and the weights of the loss.
 
-    A case is a dict: kind ("linear" or "delta"), lengths (tokens per rank), batch (tuple),
+    A case is a dict: kind ("linear", "delta" or "gated"), lengths (tokens per rank), batch (tuple),
     d, d_v, dtype, seed; for "linear" also normalize; method (this rank's), and reference
     (the single-process method). The loss is Σ o ⊙ W plus, for the delta rule,
     Σ_r ⟨S, W_r⟩ (rank r adds its own term).
@@ -36,13 +37,19 @@ def inputs(case):
             *batch, n=n, d=case["d"], d_v=case["d_v"], positive=True, seed=case["seed"]
         )
         tensors = (q, k, v)
-    else:
+    elif case["kind"] == "delta":
         tensors = deltanet_inputs(*batch, n=n, d_k=case["d"], d_v=case["d_v"], seed=case["seed"])
         tensors = tensors[:4]
+    else:
+        sizes = {"n": n, "d_k": case["d"], "d_v": case["d_v"], "seed": case["seed"]}
+        tensors = gated_deltanet_inputs(*batch, **sizes, gate=(-2.0, 0.0))[:5]
     draw = {"generator": torch.Generator().manual_seed(case["seed"] + 1), "dtype": torch.float64}
     weights = torch.randn(*batch, n, case["d_v"], **draw)
     state_weights = torch.randn(len(case["lengths"]), *batch, case["d_v"], case["d"], **draw)
     return [x.to(dtype) for x in (*tensors, weights, state_weights)]
+
+
+ARITY = {"linear": 3, "delta": 4, "gated": 5}  # the differentiable inputs: q, k, v, beta, g
 
 
 def compare(rank, world_size, cases):
@@ -51,7 +58,7 @@ def compare(rank, world_size, cases):
     results = []
     for case in cases:
         tensors = inputs(case)
-        arity = 3 if case["kind"] == "linear" else 4
+        arity = ARITY[case["kind"]]
         full = [x.clone().requires_grad_() for x in tensors[:arity]]
         reference = _forward(case, full, tensors[arity:], case["reference"], rank=None)
         expected = torch.autograd.grad(reference["loss"], full)
@@ -64,7 +71,7 @@ def compare(rank, world_size, cases):
         errors = {"output": relative_error(mine["out"], rows(reference["out"]))}
         if "state" in mine:
             errors["state"] = relative_error(mine["state"], reference["state"])
-        names = ("q", "k", "v", "beta")[:arity]
+        names = ("q", "k", "v", "beta", "g")[:arity]
         for name, grad, whole in zip(names, grads, expected, strict=True):
             errors[f"grad_{name}"] = relative_error(grad, rows(whole))
         predicted = bytes_per_rank(
@@ -72,7 +79,7 @@ def compare(rank, world_size, cases):
             d_k=case["d"],
             d_v=case["d_v"],
             dtype=case["dtype"],
-            delta=case["kind"] == "delta",
+            delta=case["kind"] != "linear",
             normalize=case.get("normalize", True),
         )
         results.append({"errors": errors, "bytes": dict(sent), "predicted": dict(predicted)})
@@ -95,7 +102,7 @@ def mismatch(rank, world_size, cases):
                 normalize = mine["normalize"]
                 context_parallel_linear_attention(*tensors[:3], normalize=normalize, **options)
             else:
-                context_parallel_delta_rule(*tensors[:4], **options)
+                context_parallel_delta_rule(*tensors[: ARITY[mine["kind"]]], **options)
             messages.append(None)
         except ValueError as error:
             messages.append(str(error))
@@ -152,7 +159,8 @@ def _forward(case, args, weights, method, *, rank):
             out = context_parallel_linear_attention(*args, **options)
         return {"out": out, "loss": (out * out_weights).sum()}
     if rank is None:
-        out, state = delta_rule(*args, method=method)
+        rule = delta_rule if case["kind"] == "delta" else gated_delta_rule
+        out, state = rule(*args, method=method)
         extra = (state * state_weights.sum(0)).sum()
     else:
         out, state = context_parallel_delta_rule(*args, method=method)
