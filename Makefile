@@ -176,7 +176,8 @@ unit: venv
 # The inner loop while editing the package: the package's tests but the slow ones, without the
 # book's (tests/book/: chapters, notation, extensions, browser).
 unit-fast: venv
-	$(BIN)/pytest -q -m "not book and not slow" --doctest-modules --ignore=tests/book linattn_core tests
+	$(BIN)/pytest -q -n 2 -m "not book and not slow" --doctest-modules --ignore=tests/book \
+	    linattn_core tests
 
 # Two notebooks at a time, one per core, each kernel with one thread (with torch's two threads
 # each, the four threads on two cores took 9 min 49 s where one each took 5 min 29 s): the

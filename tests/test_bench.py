@@ -363,6 +363,7 @@ def test_gpu_check_table_sets_ours_beside_fla_and_sdpa():
     assert check_line(check).endswith("o 7.0e-04, dq 3.0e-03 (rtol 0.002)")
 
 
+@pytest.mark.slow
 def test_run_fresh_returns_the_functions_json_or_its_error():
     assert 0 < run_fresh(memory_budget, device="cpu") < 2**50
     with pytest.raises(RuntimeError, match=r"memory_budget(.|\n)*Invalid device string"):

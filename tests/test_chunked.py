@@ -34,6 +34,7 @@ def test_values_and_gradients_match_the_parallel_form(
         assert_close(a, b, rtol=1e-12, name=name)
 
 
+@pytest.mark.slow
 def test_gradcheck():
     q, k, v = (x.requires_grad_() for x in random_qkv(2, n=11, d=3, d_v=2, positive=True))
     for normalize in (True, False):

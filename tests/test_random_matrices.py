@@ -53,6 +53,7 @@ def test_expected_gaussian_norm_gap_is_decreasing():
         expected_gaussian_norm(0)
 
 
+@pytest.mark.slow
 def test_xavier_spectral_bound():
     for a, b in [(16, 1008), (128, 896), (512, 512), (768, 3072), (100, 100)]:
         assert xavier_bound(a, b) <= 2 + 1e-12

@@ -197,6 +197,7 @@ def test_register_budget_fit_stops_a_spill():
     assert compile_in_subprocess(code) == [[["delta_wy", 90, "float32", 32, 16], 136]]
 
 
+@pytest.mark.slow
 def test_a_records_inputs_ignore_line_numbers_but_not_source(tmp_path):
     """A kernel moved down its file keeps its `source_key` (and so its records); a changed
     line in a function it calls changes it."""
