@@ -410,7 +410,7 @@ FIRST_RESULTS = """async () => {
     ("query", "chapter"),
     [
         ("delta rule", "The delta rule and triangular inverses"),
-        ("chunked form", "Linear attention: causal, recurrent and chunked"),
+        ("recurrent and chunked", "Linear attention: causal, recurrent and chunked"),
         ("Taylor", "The exponential kernel and its Taylor expansion"),
     ],
 )
