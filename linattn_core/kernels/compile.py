@@ -206,14 +206,14 @@ def source_key(kernel):
 def _reachable(kernel):
     """`kernel` and every `@triton.jit` function in the globals of its module, and of theirs (a
     superset of what it calls; autotuners and heuristics unwrapped)."""
-    found, todo = set(), [kernel]
-    while todo:
-        function = todo.pop()
+    found, pending = set(), [kernel]
+    while pending:
+        function = pending.pop()
         while not isinstance(function, JITFunction):
             function = function.fn
         if function not in found:
             found.add(function)
-            todo += [v for v in function.__globals__.values() if isinstance(v, KernelInterface)]
+            pending += [v for v in function.__globals__.values() if isinstance(v, KernelInterface)]
     return found
 
 
@@ -292,8 +292,8 @@ def compile_records(
             found = reusable.get(inputs_hash(launch, arch))
             if found is not None:
                 results[launch_id, arch] = found
-    todo = {key: launch for key, launch in unique.items() if key not in results}
-    results |= _compile_all(todo, jobs, cache_dir, progress)
+    uncompiled = {key: launch for key, launch in unique.items() if key not in results}
+    results |= _compile_all(uncompiled, jobs, cache_dir, progress)
     records = []
     for fields, launch in work:
         record = fields | results[_launch_id(launch), fields["arch"]]
