@@ -8,9 +8,11 @@ import importlib.util
 import shutil
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
+
+from tests.book import looks
+from tests.book.looks import keep_offline
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -56,22 +58,6 @@ def browser():
         browser.close()
 
 
-def keep_offline(page, problems):
-    """Let `page` load only 127.0.0.1, data: and blob: URLs: append every request it refuses, and
-    every JavaScript error the page raises, to `problems`."""
-
-    def route(route):
-        host = urlparse(route.request.url).hostname
-        if route.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-            route.continue_()
-        else:
-            problems.append(f"request leaves 127.0.0.1: {route.request.url}")
-            route.abort()
-
-    page.route("**/*", route)
-    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
-
-
 @pytest.fixture
 def offline_page(browser):
     """A new page that serves only 127.0.0.1, data: and blob: URLs: `(page, problems)`, where
@@ -89,3 +75,18 @@ def offline_page(browser):
     yield page, problems
     if not page.is_closed():
         page.close()
+
+
+@pytest.fixture(scope="session")
+def look(server, browser):
+    """`look(path, view)`: what the browser shows of the built page `path` in `view` ("desktop",
+    a 1400 px window, or "phone", 390 px), measured in one visit per page and view (looks.py) and
+    kept for the session: each page loads twice, however many checks read it."""
+    seen = {}
+
+    def look(path, view):
+        if (path, view) not in seen:
+            seen[path, view] = getattr(looks, view)(browser, f"{server}/{path}")
+        return seen[path, view]
+
+    return look

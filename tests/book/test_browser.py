@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.book.looks import FIND_RAW_TEX, INSPECT, PHONE, TEX
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -34,153 +35,15 @@ VISITED = [*PAGES, "genindex.html", *(f"search.html?q={query}" for query in SEAR
 pytestmark = pytest.mark.book
 
 
-def tex_pattern():
-    r"""What TeX source looks like in text a reader sees: a dollar, a math delimiter, a sub- or
-    superscript in braces, a command with a braced argument (\url{, \emph{), an accent (\"o), a
-    command of TeX's or of the book's own (the macros of _config.yml's mathjax3_config, read from
-    there), a whole command name (\T, not \Theta); last, in a group of its own, any other command
-    (\times, \sigma), which FIND_RAW_TEX lets pass in a Windows path (C:\Temp)."""
-    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
-    commands = ["begin", "end", "frac", "mathbf", "mathbb", "operatorname", "sum", "top", *macros]
-    named = "|".join(map(re.escape, commands))
-    return (
-        rf"\$|\\[()[\]]|[_^]\{{|\\[A-Za-z]+\{{|\\[\"'`^~][A-Za-z{{\\]"
-        rf"|\\(?:{named})(?![A-Za-z])|(\\[A-Za-z]+)"
-    )
-
-
-TEX = tex_pattern()
-
-# Every text node a reader sees outside typeset math (mjx-container), code (pre, code, kbd, samp,
-# a highlighted listing, a code cell) and what the browser does not show (script, style, template,
-# display: none, visibility: hidden), that matches the pattern: where it is (the enclosing block)
-# and 60 characters of its text around the TeX, math shown as [math]. A closed <details> is opened
-# for the look (its content is the reader's one click away).
-FIND_RAW_TEX = """(root, pattern) => {
-  const tex = new RegExp(pattern, "g");
-  const windowsPath = /(^|[^A-Za-z])[A-Za-z]:\\\\|^\\\\\\\\|%\\w+%\\\\/;
-  const find = (data) => {
-    for (const match of data.matchAll(tex)) {
-      if (match[1] === undefined) return match;
-      const [before, after] = [data.slice(0, match.index), data.slice(match.index)];
-      const word = before.split(/\\s/).pop() + after.split(/\\s/)[0];
-      if (!windowsPath.test(word)) return match;
-    }
-    return null;
-  };
-  const skip = "mjx-container, pre, code, kbd, samp, script, style, textarea, noscript, template, "
-    + ".highlight, .cell_input, .literal-block";
-  const blocks = "p, li, dt, dd, td, th, caption, figcaption, h1, h2, h3, h4, h5, h6, pre, "
-    + "blockquote, div, section, article, nav";
-  const closed = [...root.querySelectorAll("details:not([open])")];
-  closed.forEach((details) => (details.open = true));
-  const text = (block, target, index) => {
-    let all = "", at = 0;
-    const walk = (node) => {
-      if (node === target) at = all.length + index;
-      if (node.nodeType === Node.TEXT_NODE) all += node.data;
-      else if (node.nodeType !== Node.ELEMENT_NODE || node.matches("script, style")) return;
-      else if (node.matches("mjx-container")) all += "[math]";
-      else node.childNodes.forEach(walk);
-    };
-    walk(block);
-    const start = Math.max(0, at - 20);
-    return all.slice(start, start + 120).replace(/\\s+/g, " ").trim().slice(0, 60);
-  };
-  const found = [];
-  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    const match = find(node.data);
-    const element = node.parentElement;
-    if (!match || !element || element.closest(skip)) continue;
-    if (!element.checkVisibility({ visibilityProperty: true })) continue;
-    const block = element.closest(blocks) || element;
-    const name = block.localName + (block.classList.length ? "." + block.classList[0] : "");
-    found.push(`${name} "${text(block, node, match.index)}"`);
-  }
-  closed.forEach((details) => (details.open = false));
-  return found;
-}"""
-
-# What a page looks like once it has settled, measured in the page itself.
-# The search page (search.html?q=...) has settled once its status line reports the count and every
-# result shows its snippet, typeset (_extra/shims/search.js).
-INSPECT = """async (texPattern) => {
-  const deadline = Date.now() + 10000;
-  const wait = async (done) => {
-    while (!done() && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  };
-  const query = new URLSearchParams(location.search).get("q");
-  const results = document.getElementById("search-results");
-  const listed = () => [...document.querySelectorAll("#search-results ul.search > li")];
-  if (results && query) {
-    await wait(() => results.querySelector(".search-summary")?.textContent
-      && listed().every((li) => li.querySelector(":scope > .context, :scope > span")));
-    if (window.bookSearchMath) await window.bookSearchMath();
-  }
-  // the search page typesets its snippets in the browser; every other page arrives typeset
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
-  const views = document.querySelectorAll(
-    'script[type="application/vnd.jupyter.widget-view+json"]');
-  const settled = () => document.querySelectorAll(
-    '.widget-subarea > .jupyter-widgets, .widget-error').length >= views.length;
-  await wait(() => settled());
-  const untypeset = [...document.querySelectorAll('span.math, div.math')]
-    .filter((el) => !el.querySelector('mjx-container'))
-    .map((el) => el.textContent.slice(0, 60));
-  const mathErrors = [...document.querySelectorAll('mjx-merror')].map((el) => el.textContent);
-  // images load as they near the screen: load them all, and wait for them
-  const images = [...document.images];
-  images.forEach((img) => { img.loading = "eager"; });
-  await Promise.all(images.map((img) => img.decode().catch(() => null)));
-  const brokenImages = images
-    .filter((img) => !(img.complete && img.naturalWidth > 0))
-    .map((img) => img.getAttribute('src').slice(0, 80));
-  return {
-    math: document.querySelectorAll('mjx-container').length,
-    untypeset, mathErrors, brokenImages,
-    search: results && query ? {
-      status: results.querySelector(".search-summary")?.textContent || "",
-      listed: listed().length,
-      snippets: document.querySelectorAll("#search-results ul.search > li > p.context").length,
-    } : null,
-    rawTex: (FIND_RAW_TEX)(document.body, texPattern),
-    widgetViews: views.length,
-    widgetsRendered: document.querySelectorAll('.widget-subarea > .jupyter-widgets').length,
-    widgetErrors: [...document.querySelectorAll('.widget-error')]
-      .map((el) => el.textContent.slice(0, 120)),
-  };
-}""".replace("FIND_RAW_TEX", FIND_RAW_TEX)
-
-
 def test_pages_were_built():
     assert PAGES, f"no pages found under {HTML}: build the book first (make book)"
 
 
 @pytest.mark.parametrize("page_path", VISITED)
-def test_page_works_offline(server, offline_page, page_path):
-    page, problems = offline_page
-    page.on(
-        "requestfailed",
-        lambda request: (
-            request.url.startswith(server)
-            and problems.append(f"request failed: {request.url} ({request.failure})")
-        ),
-    )
-    page.on(
-        "response",
-        lambda response: (
-            response.status >= 400 and problems.append(f"HTTP {response.status}: {response.url}")
-        ),
-    )
-    page.goto(f"{server}/{page_path}", wait_until="load")
-    state = page.evaluate(INSPECT, TEX)
-    page.wait_for_load_state("networkidle")
-    page.close()
-
+def test_page_works_offline(look, page_path):
+    seen = look(page_path, "desktop")
+    state = seen["state"]
+    problems = list(seen["problems"])
     problems += [f"raw TeX: {page_path}: {where}" for where in state["rawTex"]]
     problems += [f"untypeset math: {text!r}" for text in state["untypeset"]]
     problems += [f"MathJax error: {text!r}" for text in state["mathErrors"]]
@@ -282,22 +145,11 @@ def test_search_index_delimits_the_math_of_titles():
     assert not outside, f"titles with TeX outside \\(...\\): {outside}"
 
 
-PHONE = {"width": 390, "height": 844}
-
-
-@pytest.fixture(scope="module")
-def phone_page(browser):
-    page = browser.new_page(viewport=PHONE)
-    yield page
-    page.close()
-
-
 @pytest.mark.parametrize("page_path", PAGES)
-def test_page_fits_a_phone_without_sideways_scrolling(server, phone_page, page_path):
+def test_page_fits_a_phone_without_sideways_scrolling(look, page_path):
     """Wide content (code, tables, formulas, figures) scrolls inside its own box; the page itself
     never grows wider than a 390 px phone screen."""
-    phone_page.goto(f"{server}/{page_path}", wait_until="load")
-    width = phone_page.evaluate("document.documentElement.scrollWidth")
+    width = look(page_path, "phone")["width"]
     assert width <= PHONE["width"], f"{page_path} is {width} px wide on a {PHONE['width']} px phone"
 
 
@@ -312,54 +164,12 @@ def test_bibliography_labels_read_like_the_citations():
     assert len(set(labels)) == len(labels)
 
 
-EXPLORE = """async (root) => {
-  // Every option of every control: the frame must change when a control does (each control
-  // changes something), and the frame's images must load and name the chosen settings in their
-  // words (alt text); the settings are shown nowhere else than in the controls.
-  const selects = [...root.querySelectorAll("select")];
-  const titles = [...root.querySelectorAll("label")].map((l) => l.firstChild.textContent.trim());
-  const frame = root.querySelector(".explorable-frame");
-  const problems = [];
-  root.scrollIntoView();  // the page loads images as they near the screen
-  const loads = (img) => Promise.race([
-    img.decode().then(() => true, () => false),
-    new Promise((resolve) => setTimeout(() => resolve(false), 5000)),
-  ]);
-  if (root.querySelector(".explorable-caption")) problems.push("a caption of the settings");
-  for (const [i, select] of selects.entries()) {
-    let changed = false;
-    const first = frame.innerHTML;
-    for (const option of [...select.options]) {
-      select.value = option.value;
-      select.dispatchEvent(new Event("change"));
-      const settings = selects
-        .map((s, j) => titles[j] + " = " + s.options[s.selectedIndex].text).join(", ");
-      for (const img of frame.querySelectorAll("img")) {
-        if (!(await loads(img))) problems.push(`image does not load at ${settings}`);
-        if (!img.alt.endsWith(settings) && !img.alt.endsWith(`(${settings})`)) {
-          problems.push(`alt "${img.alt}" at ${settings}`);
-        }
-      }
-      if (frame.innerHTML !== first) changed = true;
-    }
-    if (!changed) problems.push(`control ${titles[i]} changes nothing`);
-    select.selectedIndex = 0;
-    select.dispatchEvent(new Event("change"));
-  }
-  return problems;
-}"""
-
-
 @pytest.mark.parametrize("page_path", PAGES)
-def test_every_control_of_a_static_figure_changes_it(server, offline_page, page_path):
+def test_every_control_of_a_static_figure_changes_it(look, page_path):
     """The book's interactive figures work without a kernel: moving any control shows the
     precomputed result of that setting, whose images (files loaded as they are picked) say in
-    words which setting they show."""
-    page, problems = offline_page
-    page.goto(f"{server}/{page_path}", wait_until="load")
-    for figure in page.query_selector_all(".explorable"):
-        assert figure.query_selector("select"), "a static figure without controls"
-        problems += figure.evaluate(EXPLORE)
+    words which setting they show (EXPLORE, looks.py)."""
+    problems = look(page_path, "desktop")["controls"]
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
 
 
