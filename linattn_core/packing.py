@@ -109,14 +109,13 @@ def chunk_indices(cu_seqlens, n, chunk_size):
 
     Returns:
         int64 `(N // C + S, 3)` on cu_seqlens's device: row p is (s, start, end), program p's
-        chunk being the tokens start ≤ t < end of sequence s (1 ≤ end − start ≤ C); the rows
-        after the last chunk are (−1, N, N).
+        chunk being the packed tokens start ≤ t < end, of sequence s (1 ≤ end − start ≤ C);
+        the rows after the last chunk are (−1, N, N).
 
     >>> chunk_indices(torch.tensor([0, 5, 5, 7]), n=7, chunk_size=4)
     tensor([[ 0,  0,  4],
             [ 0,  4,  5],
             [ 2,  5,  7],
-            [-1,  7,  7],
             [-1,  7,  7]])
     """
     fn = "chunk_indices"
