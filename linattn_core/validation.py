@@ -10,7 +10,10 @@ promises for sizes and options.
 Policy on data-dependent checks: the checks look at types, shapes, dtypes, devices and options,
 never at the values inside a tensor. A value check (a NaN, a zero on a diagonal) would read the
 whole tensor and, on a GPU, synchronize the device on every call; what a function does with such
-values is documented in its docstring instead.
+values is documented in its docstring instead. The one exception is `cu_seqlens`, the boundaries
+of packed sequences: `check_cu_seqlens` checks its structure only, and its S + 1 values are
+checked (`check_cu_seqlens_values`) where they are read on the host anyway, by the PyTorch
+methods that slice the sequences there (`linattn_core.packing`).
 """
 
 import itertools
