@@ -42,7 +42,7 @@ from linattn_core.validation import (
     check_positive_int,
     check_same_dtype_and_device,
     check_tensor,
-    per_sequence,
+    one_per_sequence,
     softmax_scale,
     state_batch,
 )
@@ -361,7 +361,7 @@ def check_linear_state(fn, state, phi_q, v, *, normalize, cu_seqlens=None):
     if tuple(S.shape) != (*batch, d_v, d):
         raise ValueError(
             f"{fn}: initial_state.S must have the shape (..., d_v, d) = {(*batch, d_v, d)} of "
-            f"phi_q and v{per_sequence(cu_seqlens)}; got initial_state.S.shape={tuple(S.shape)}"
+            f"phi_q and v{one_per_sequence(cu_seqlens)}; got initial_state.S.shape={tuple(S.shape)}"
         )
     check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.S": S})
     if not normalize:
@@ -377,7 +377,7 @@ def check_linear_state(fn, state, phi_q, v, *, normalize, cu_seqlens=None):
     if tuple(z.shape) != (*batch, d):
         raise ValueError(
             f"{fn}: initial_state.z must have the shape (..., d) = {(*batch, d)} of phi_q"
-            f"{per_sequence(cu_seqlens)}; got initial_state.z.shape={tuple(z.shape)}"
+            f"{one_per_sequence(cu_seqlens)}; got initial_state.z.shape={tuple(z.shape)}"
         )
     check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.z": z})
 

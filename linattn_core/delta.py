@@ -47,7 +47,7 @@ from linattn_core.validation import (
     check_positive_number,
     check_same_dtype_and_device,
     check_tensor,
-    per_sequence,
+    one_per_sequence,
     state_batch,
 )
 
@@ -483,7 +483,7 @@ def _check_delta_inputs(fn, q, k, v, beta, initial_state, cu_seqlens=None):
     if initial_state.shape != state_shape:
         raise ValueError(
             f"{fn}: initial_state must have shape (..., d_v, d_k) = {state_shape}"
-            f"{per_sequence(cu_seqlens)}; got initial_state.shape={tuple(initial_state.shape)}"
+            f"{one_per_sequence(cu_seqlens)}; got initial_state.shape={tuple(initial_state.shape)}"
         )
     check_same_dtype_and_device(fn, "q", q, initial_state=initial_state)
 

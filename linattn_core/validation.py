@@ -162,7 +162,7 @@ def state_batch(q: torch.Tensor, cu_seqlens: torch.Tensor | None) -> tuple[int, 
     return (cu_seqlens.shape[0] - 1, *q.shape[1:-2])
 
 
-def per_sequence(cu_seqlens: torch.Tensor | None) -> str:
+def one_per_sequence(cu_seqlens: torch.Tensor | None) -> str:
     """The words an error message about a state adds for packed inputs: one state per sequence."""
     if cu_seqlens is None:
         return ""
