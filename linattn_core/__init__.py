@@ -18,7 +18,8 @@ Its code is of three kinds, one place each.
 - `decoding`, `kv_cache`, `transformer`: one generated token, what a decoder keeps, a small GPT
   block; `jacobians`: the Jacobians of attention blocks; `costs`: their FLOP, byte and memory
   models and crossover lengths;
-- `methods`: every operation's method names and the one rule of `method="auto"`;
+- `methods`: every operation's method names and the one rule of `method="auto"`; `packing`:
+  packed sequences of different lengths (`cu_seqlens`) in linear attention and the delta rules;
 - `validation`: the input checks of every public function; `testing`: relative errors and seeded
   inputs, shared by the tests and the book; `provenance`: the device, versions, date and
   command stored with every measurement;

@@ -32,15 +32,19 @@ import torch
 
 from linattn_core.chunked import causal_chunked
 from linattn_core.methods import LINEAR_ATTENTION_METHODS, auto_method
+from linattn_core.packing import run_packed
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
+    check_cu_seqlens,
     check_eps,
     check_flag,
     check_positive_int,
     check_same_dtype_and_device,
     check_tensor,
+    one_per_sequence,
     softmax_scale,
+    state_batch,
 )
 
 
@@ -180,6 +184,7 @@ def linear_attention(
     eps=1e-6,
     initial_state=None,
     output_final_state=False,
+    cu_seqlens=None,
 ):
     """`kernel_attention` (or its numerator) in O(N) memory, in a choice of equivalent forms.
 
@@ -225,6 +230,12 @@ def linear_attention(
             when normalize=False) in the inputs' dtype, or None for zeros. Gradients flow to it.
         output_final_state: also return the state after the last token, (S_0 + Σ_j v_j φ(k_j)ᵀ,
             z_0 + Σ_j φ(k_j)), which continues the sequence as `initial_state` of the next call.
+        cu_seqlens: None, or for causal attention the boundaries of S packed sequences, int64
+            `(S + 1,)` (0 first, N last, non-decreasing; `linattn_core.packing`): the inputs
+            `(1, H, N, ·)` hold them along N, each computed as if alone, initial and final
+            states one per sequence, `(S, H, ·, ·)`. The methods "parallel", "recurrent" and
+            "chunked" take them ("auto" picks among these for each sequence); "triton" does not
+            yet (ValueError).
 
     Returns:
         `(..., N, d_v)`, empty if N = 0 or a batch dimension is 0; with output_final_state,
@@ -261,7 +272,20 @@ def linear_attention(
     flags = {"causal": causal, "normalize": normalize, "output_final_state": output_final_state}
     for name, flag in flags.items():
         check_flag(fn, name, flag)
-    check_linear_state(fn, initial_state, phi_q, v, normalize=normalize)
+    if cu_seqlens is not None:
+        check_cu_seqlens(fn, cu_seqlens, phi_q, q_name="phi_q")
+        if not causal:
+            raise ValueError(
+                f"{fn}: cu_seqlens needs causal=True (packed sequences); got causal=False"
+            )
+    check_linear_state(fn, initial_state, phi_q, v, normalize=normalize, cu_seqlens=cu_seqlens)
+    if cu_seqlens is not None:
+        return run_packed(
+            fn, linear_attention, cu_seqlens, (phi_q, phi_k, v), initial_state,
+            methods=LINEAR_ATTENTION_METHODS, method=method, returns_state=output_final_state,
+            causal=True, normalize=normalize, chunk_size=chunk_size, eps=eps,
+            output_final_state=output_final_state,
+        )  # fmt: skip
 
     if method == "auto":
         method = auto_method(
@@ -320,13 +344,13 @@ def _numerators(phi_q, phi_k, v, method, causal, normalize, eps, initial_state, 
     return numerator / (denominator + eps), state
 
 
-def check_linear_state(fn, state, phi_q, v, *, normalize):
+def check_linear_state(fn, state, phi_q, v, *, normalize, cu_seqlens=None):
     """`initial_state` of linear attention: None, or a `LinearAttentionState` (any pair) with
     S `(..., d_v, d)` and z `(..., d)` (None when not normalized), batch, dtype and device of
-    the inputs."""
+    the inputs; for packed inputs, one state per sequence, `(S, H, …)` (`state_batch`)."""
     if state is None:
         return
-    batch, d, d_v = tuple(phi_q.shape[:-2]), phi_q.shape[-1], v.shape[-1]
+    batch, d, d_v = state_batch(phi_q, cu_seqlens), phi_q.shape[-1], v.shape[-1]
     if not isinstance(state, tuple) or len(state) != 2:
         raise TypeError(
             f"{fn}: initial_state must be a LinearAttentionState (S, z) or None; "
@@ -337,7 +361,7 @@ def check_linear_state(fn, state, phi_q, v, *, normalize):
     if tuple(S.shape) != (*batch, d_v, d):
         raise ValueError(
             f"{fn}: initial_state.S must have the shape (..., d_v, d) = {(*batch, d_v, d)} of "
-            f"phi_q and v; got initial_state.S.shape={tuple(S.shape)}"
+            f"phi_q and v{one_per_sequence(cu_seqlens)}; got initial_state.S.shape={tuple(S.shape)}"
         )
     check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.S": S})
     if not normalize:
@@ -352,8 +376,8 @@ def check_linear_state(fn, state, phi_q, v, *, normalize):
     check_tensor(fn, "initial_state.z", z, min_rank=1)
     if tuple(z.shape) != (*batch, d):
         raise ValueError(
-            f"{fn}: initial_state.z must have the shape (..., d) = {(*batch, d)} of phi_q; "
-            f"got initial_state.z.shape={tuple(z.shape)}"
+            f"{fn}: initial_state.z must have the shape (..., d) = {(*batch, d)} of phi_q"
+            f"{one_per_sequence(cu_seqlens)}; got initial_state.z.shape={tuple(z.shape)}"
         )
     check_same_dtype_and_device(fn, "phi_q", phi_q, **{"initial_state.z": z})
 

@@ -35,9 +35,11 @@ import torch
 import torch.nn.functional as F
 
 from linattn_core.methods import DELTA_RULE_METHODS, auto_method
+from linattn_core.packing import run_packed
 from linattn_core.validation import (
     check_attention_inputs,
     check_choice,
+    check_cu_seqlens,
     check_flag,
     check_matrix,
     check_non_negative_int,
@@ -45,6 +47,8 @@ from linattn_core.validation import (
     check_positive_number,
     check_same_dtype_and_device,
     check_tensor,
+    one_per_sequence,
+    state_batch,
 )
 
 __all__ = [
@@ -180,6 +184,7 @@ def delta_rule(
     chunk_size=64,
     initial_state=None,
     output_final_state=True,
+    cu_seqlens=None,
 ):
     """The delta rule (DeltaNet's recurrence) over a sequence, as a recurrence or chunk by chunk.
 
@@ -213,6 +218,11 @@ def delta_rule(
         output_final_state: also return the state after the last token (the default: the
             pair (o, S) of the API), which continues the sequence as `initial_state` of the
             next call; False returns o alone, as `linear_attention` does by default.
+        cu_seqlens: None, or the boundaries of S packed sequences, int64 `(S + 1,)` (0 first,
+            N last, non-decreasing; `linattn_core.packing`): the inputs `(1, H, N, ·)` hold
+            them along N, each computed as if alone, initial and final states one per
+            sequence, `(S, H, d_v, d_k)`. "recurrent" and "chunked" take them ("auto" picks
+            "chunked"); "triton" does not yet (ValueError).
 
     Returns:
         (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`, in the
@@ -232,10 +242,16 @@ def delta_rule(
     True
     """
     fn = "delta_rule"
-    _check_delta_inputs(fn, q, k, v, beta, initial_state)
+    _check_delta_inputs(fn, q, k, v, beta, initial_state, cu_seqlens)
     check_choice(fn, "method", method, DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     check_flag(fn, "output_final_state", output_final_state)
+    if cu_seqlens is not None:
+        return run_packed(
+            fn, delta_rule, cu_seqlens, (q, k, v, beta), initial_state,
+            methods=DELTA_RULE_METHODS, method=method, returns_state=output_final_state,
+            chunk_size=chunk_size, output_final_state=output_final_state,
+        )  # fmt: skip
     if method == "auto":
         method = auto_method(DELTA_RULE_METHODS, q, v, chunk_size=chunk_size)
     if method == "triton":
@@ -452,19 +468,22 @@ def _check_sizes(fn, batch, **sizes):
         check_non_negative_int(fn, name, size)
 
 
-def _check_delta_inputs(fn, q, k, v, beta, initial_state):
+def _check_delta_inputs(fn, q, k, v, beta, initial_state, cu_seqlens=None):
     """q, k `(..., N, d_k)`, v `(..., N, d_v)`, beta `(..., N)` and initial_state (None or
-    `(..., d_v, d_k)`), all of one dtype and device."""
+    `(..., d_v, d_k)`), all of one dtype and device; with cu_seqlens, packed inputs
+    `(1, H, N, ·)` and one initial state per sequence, `(S, H, d_v, d_k)`."""
     check_attention_inputs(fn, ("q", "k", "v"), q, k, v)
     _check_one_per_row(fn, "beta", beta, q, rows="N")
+    if cu_seqlens is not None:
+        check_cu_seqlens(fn, cu_seqlens, q)
     if initial_state is None:
         return
-    state_shape = (*q.shape[:-2], v.shape[-1], q.shape[-1])
+    state_shape = (*state_batch(q, cu_seqlens), v.shape[-1], q.shape[-1])
     check_tensor(fn, "initial_state", initial_state, min_rank=2)
     if initial_state.shape != state_shape:
         raise ValueError(
-            f"{fn}: initial_state must have shape (..., d_v, d_k) = {state_shape}; "
-            f"got initial_state.shape={tuple(initial_state.shape)}"
+            f"{fn}: initial_state must have shape (..., d_v, d_k) = {state_shape}"
+            f"{one_per_sequence(cu_seqlens)}; got initial_state.shape={tuple(initial_state.shape)}"
         )
     check_same_dtype_and_device(fn, "q", q, initial_state=initial_state)
 

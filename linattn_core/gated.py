@@ -29,6 +29,7 @@ from linattn_core.delta import (
     _split_chunks,
     deltanet_inputs,
 )
+from linattn_core.packing import run_packed
 from linattn_core.validation import check_choice, check_positive_int
 
 __all__ = [
@@ -41,7 +42,9 @@ __all__ = [
 GATED_DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
-def gated_delta_rule(q, k, v, beta, g, *, method="auto", chunk_size=64, initial_state=None):
+def gated_delta_rule(
+    q, k, v, beta, g, *, method="auto", chunk_size=64, initial_state=None, cu_seqlens=None
+):
     """The gated delta rule over a sequence, as a recurrence or chunk by chunk.
 
         S_t = exp(g_t) S_{t-1} (I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ,        o_t = S_t q_t,
@@ -72,6 +75,9 @@ def gated_delta_rule(q, k, v, beta, g, *, method="auto", chunk_size=64, initial_
         method: "auto", "recurrent", "chunked" or "triton" (see above).
         chunk_size: tokens per chunk of "chunked" (positive int); N need not be a multiple.
         initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
+        cu_seqlens: None, or the boundaries of S packed sequences, as `delta.delta_rule` takes
+            them (`linattn_core.packing`): states `(S, H, d_v, d_k)`, one per sequence;
+            "recurrent", "chunked" and "auto" take them, "triton" does not yet (ValueError).
 
     Returns:
         (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`, differentiable
@@ -85,10 +91,16 @@ def gated_delta_rule(q, k, v, beta, g, *, method="auto", chunk_size=64, initial_
     True
     """
     fn = "gated_delta_rule"
-    _check_delta_inputs(fn, q, k, v, beta, initial_state)
+    _check_delta_inputs(fn, q, k, v, beta, initial_state, cu_seqlens)
     _check_one_per_row(fn, "g", g, q, rows="N")
     check_choice(fn, "method", method, GATED_DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
+    if cu_seqlens is not None:
+        return run_packed(
+            fn, gated_delta_rule, cu_seqlens, (q, k, v, beta, g), initial_state,
+            methods=GATED_DELTA_RULE_METHODS, method=method, returns_state=True,
+            chunk_size=chunk_size,
+        )  # fmt: skip
     if method == "triton":
         raise ValueError(
             f"{fn}: method='triton' is not available: the Triton kernels of the gated delta rule "

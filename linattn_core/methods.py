@@ -6,7 +6,8 @@ Each operation computes one function in several equivalent forms, named alike ev
 `linattn_core.kernels`), and "auto", the default, which picks the fastest exact one for the
 inputs (`auto_method`):
 
-- "triton" for causal inputs on a CUDA device that the kernels take (`triton_applies`);
+- "triton" for causal inputs on a CUDA device that the kernels take (`triton_applies`), except
+  packed sequences (`cu_seqlens`, `linattn_core.packing`) for now;
 - on any other device, "parallel" for causal inputs up to N = `parallel_up_to(d)`, where the
   operation has that form (linear attention; measured by `python -m linattn_core.bench auto`);
 - "chunked" otherwise.
@@ -16,7 +17,7 @@ LINEAR_ATTENTION_METHODS = ("auto", "parallel", "recurrent", "chunked", "triton"
 DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
-def auto_method(methods, q, v, *, chunk_size, causal=True) -> str:
+def auto_method(methods, q, v, *, chunk_size, causal=True, packed=False) -> str:
     """The method that `method="auto"` runs, among `methods` (an operation's names), for queries
     `(..., N, d)` and values `(..., N, d_v)`: the one place where that choice is made.
 
@@ -24,7 +25,8 @@ def auto_method(methods, q, v, *, chunk_size, causal=True) -> str:
     chunked form beyond (figures/auto_cpu.json: one masked N × N product is faster for short
     sequences, the chunked walk from there on, forward and backward); non-causal attention is
     two matrix products, the chunked form. On a CUDA device causal inputs run the Triton kernels
-    when triton is installed and they take these shapes, dtype and chunk size.
+    when triton is installed and they take these shapes, dtype and chunk size, unless they hold
+    `packed` sequences (`cu_seqlens`), which run on the PyTorch methods for now.
 
     >>> import torch
     >>> q = torch.empty(1, 100, 64)
@@ -33,7 +35,7 @@ def auto_method(methods, q, v, *, chunk_size, causal=True) -> str:
     >>> auto_method(DELTA_RULE_METHODS, q, q, chunk_size=64)
     'chunked'
     """
-    if causal and triton_applies(q, v, chunk_size):
+    if causal and not packed and triton_applies(q, v, chunk_size):
         return "triton"
     on_gpu = q.device.type == "cuda"
     if (

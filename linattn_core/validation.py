@@ -10,9 +10,13 @@ promises for sizes and options.
 Policy on data-dependent checks: the checks look at types, shapes, dtypes, devices and options,
 never at the values inside a tensor. A value check (a NaN, a zero on a diagonal) would read the
 whole tensor and, on a GPU, synchronize the device on every call; what a function does with such
-values is documented in its docstring instead.
+values is documented in its docstring instead. The one exception is `cu_seqlens`, the boundaries
+of packed sequences: `check_cu_seqlens` checks its structure only, and its S + 1 values are
+checked (`check_cu_seqlens_values`) where they are read on the host anyway, by the PyTorch
+methods that slice the sequences there (`linattn_core.packing`).
 """
 
+import itertools
 import math
 import numbers
 
@@ -93,6 +97,76 @@ def _well_formed(q, k, v) -> bool:
         and q.dtype == k.dtype == v.dtype
         and q.device == k.device == v.device
     )
+
+
+def check_cu_seqlens(fn: str, cu_seqlens: object, q=None, *, q_name: str = "q") -> None:
+    """`cu_seqlens` of packed inputs (`linattn_core.packing`): an int64 tensor `(S + 1,)`, S ≥ 1,
+    and, when q is given, on q's device, with q `(1, H, …, N, d)` holding the S sequences in a
+    leading batch of 1.
+
+    Only the structure is checked here, never the values: reading them would synchronize a GPU.
+    The values (0 first, N last, non-decreasing) are checked where they are read on the host
+    (`check_cu_seqlens_values`): by the PyTorch methods, which slice the sequences there, on
+    every device; a device-side path checks them only for CPU tensors.
+    """
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(
+            f"{fn}: cu_seqlens must be a torch.Tensor of dtype torch.int64 or None; "
+            f"got {type(cu_seqlens).__name__}"
+        )
+    if cu_seqlens.dtype != torch.int64:
+        hint = " (convert it with cu_seqlens.long())" if not cu_seqlens.is_floating_point() else ""
+        raise TypeError(
+            f"{fn}: cu_seqlens must have dtype torch.int64{hint}; got dtype={cu_seqlens.dtype}"
+        )
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise ValueError(
+            f"{fn}: cu_seqlens must be a 1-D tensor (S + 1,) of S ≥ 1 sequences' boundaries; "
+            f"got cu_seqlens.shape={shape_of(cu_seqlens)}"
+        )
+    if q is None:
+        return
+    if cu_seqlens.device != q.device:
+        raise ValueError(
+            f"{fn}: cu_seqlens must be on the same device as {q_name}; "
+            f"got {q_name}.device={q.device}, cu_seqlens.device={cu_seqlens.device}"
+        )
+    if q.dim() < 3 or q.shape[0] != 1:
+        raise ValueError(
+            f"{fn}: with cu_seqlens, {q_name} must hold the packed sequences in a leading batch "
+            f"of 1, (1, H, N, d); got {q_name}.shape={shape_of(q)}"
+        )
+
+
+def check_cu_seqlens_values(fn: str, values: list[int], n: int) -> None:
+    """The boundaries of packed sequences, read on the host: 0 first, N last, non-decreasing."""
+    shown = values if len(values) <= 8 else [*values[:4], "…", *values[-3:]]
+    got = f"got cu_seqlens=[{', '.join(map(str, shown))}]"
+    if values[0] != 0 or values[-1] != n:
+        raise ValueError(
+            f"{fn}: cu_seqlens must start at 0 and end at the sequence length N = {n}; {got}"
+        )
+    for s, (start, end) in enumerate(itertools.pairwise(values)):
+        if end < start:
+            raise ValueError(
+                f"{fn}: cu_seqlens must be non-decreasing (sequence lengths ≥ 0); "
+                f"cu_seqlens[{s + 1}] = {end} < cu_seqlens[{s}] = {start}; {got}"
+            )
+
+
+def state_batch(q: torch.Tensor, cu_seqlens: torch.Tensor | None) -> tuple[int, ...]:
+    """The batch dimensions of a state for queries `(..., N, d)`: q's, or one state per sequence
+    `(S, H, …)` when `cu_seqlens` (S + 1 boundaries) packs S sequences into q `(1, H, …, N, d)`."""
+    if cu_seqlens is None:
+        return tuple(q.shape[:-2])
+    return (cu_seqlens.shape[0] - 1, *q.shape[1:-2])
+
+
+def one_per_sequence(cu_seqlens: torch.Tensor | None) -> str:
+    """The words an error message about a state adds for packed inputs: one state per sequence."""
+    if cu_seqlens is None:
+        return ""
+    return f", one per sequence of cu_seqlens (S = {cu_seqlens.shape[0] - 1})"
 
 
 def check_same_dtype_and_device(fn: str, ref_name: str, ref: torch.Tensor, **others) -> None:
