@@ -31,13 +31,18 @@ def counts(trace):
 @pytest.mark.parametrize("segment", [2, 6])
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize(
-    ("dtype", "d", "d_v", "arch"),
-    [(torch.float32, 16, 32, 90), (torch.float16, 128, 64, 80), (torch.float16, 32, 128, 90)],
+    ("dtype", "d", "d_v", "arch", "batch_heads"),
+    [
+        (torch.float32, 16, 32, 90, 2),
+        (torch.float16, 128, 64, 80, 1),
+        (torch.float16, 32, 128, 90, 2),
+    ],
 )
-def test_model_counts_what_the_kernels_do(dtype, d, d_v, arch, normalize, segment):
-    """Six chunks in three segments of two, or in one walk; float32 and sm_80's tiles split the
-    sums over several feature or value tiles (float32 shares), sm_90's 16-bit tiles do not."""
-    batch_heads, n, chunk_size = 2, 384, 64
+def test_model_counts_what_the_kernels_do(dtype, d, d_v, arch, batch_heads, normalize, segment):
+    """Six chunks in three segments of two, or in one walk, of one or two heads; float32 and
+    sm_80's tiles split the sums over several feature or value tiles (float32 shares), sm_90's
+    16-bit tiles do not."""
+    n, chunk_size = 384, 64
     q, k, v = random_qkv(1, batch_heads, n=n, d=d, d_v=d_v, dtype=dtype, positive=True)
     options = {"chunk_size": chunk_size, "arch": arch, "segment": segment}
     with record() as forward:

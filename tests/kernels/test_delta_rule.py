@@ -51,7 +51,7 @@ def check_against_recurrence(inputs, *, dtype, rtol, with_state=True, device=DEV
 
 
 # (batch, N, d_k, d_v): a short sequence, one chunk and a token, d_v ≠ d_k both ways, 128 wide
-CPU_SHAPES = [((1, 2), 100, 16, 32), ((2, 1), 65, 32, 16), ((), 37, 128, 128), ((3,), 128, 64, 64)]
+CPU_SHAPES = [((1, 2), 100, 16, 32), ((2, 1), 65, 32, 16), ((), 37, 128, 128), ((2,), 128, 64, 64)]
 
 
 @pytest.mark.interpreter
@@ -68,7 +68,7 @@ def test_float32_matches_the_recurrence(batch, n, d_k, d_v, with_state):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("n", "d_k", "d_v"), [(200, 64, 32), (77, 16, 128)])
 def test_16_bit_operands(arch, n, d_k, d_v, dtype):
-    inputs = rounded_inputs(1, 2, n=n, d_k=d_k, d_v=d_v, dtype=dtype, seed=5)
+    inputs = rounded_inputs(1, 1, n=n, d_k=d_k, d_v=d_v, dtype=dtype, seed=5)
     check_against_recurrence(inputs, dtype=dtype, rtol=KERNEL_RTOL[dtype])
 
 

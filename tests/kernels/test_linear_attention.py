@@ -412,9 +412,9 @@ def test_initial_and_final_states(monkeypatch, normalize, segment, dtype):
         for module in (forward, backward):
             monkeypatch.setattr(module, "segment_length", lambda *args: segment)
     generator = torch.Generator().manual_seed(7)
-    phi_q, phi_k, v = random_qkv(1, 2, n=300, d=32, d_v=32, dtype=dtype, positive=True, seed=6)
-    s0 = torch.randn(1, 2, 32, 32, generator=generator).to(dtype)
-    z0 = torch.rand(1, 2, 32, generator=generator).to(dtype) if normalize else None
+    phi_q, phi_k, v = random_qkv(1, 1, n=300, d=32, d_v=32, dtype=dtype, positive=True, seed=6)
+    s0 = torch.randn(1, 1, 32, 32, generator=generator).to(dtype)
+    z0 = torch.rand(1, 1, 32, generator=generator).to(dtype) if normalize else None
     inputs = [x for x in (phi_q, phi_k, v, s0, z0) if x is not None]
     outputs = [x for x in (v, s0, z0) if x is not None]  # the shapes of o, S and z
     grads = [torch.randn(x.shape, generator=generator).to(dtype) for x in outputs]
