@@ -429,18 +429,23 @@ def _fit_budget(task):
     raise RuntimeError(f"{kernel} spills on sm_{arch} ({dtype}, {d_k}, {d_v}) with 255 registers")
 
 
-def tile_experiment(kernel, archs, variants, *, dtype="bfloat16", d=128, d_v=128, cache_dir=None):
+def tile_experiment(
+    kernel, archs, variants, *, dtype="bfloat16", d=128, d_v=128, cache_dir=DEFAULT_CACHE
+):
     """Compile one of causal linear attention's kernels (normalized, C = 64) with other launch
     options: a record for each architecture and variant, e.g. {"BV": 32, "num_warps": 8} (a
     variant's entries replace the launcher's own; "ok" status or why not, as in `status`).
+    Results are cached in `cache_dir` (None: none) by what decides each binary, as the compile
+    check's are: a second run (a chapter executed again) compiles nothing.
 
     Where the kernels are interpreted (TRITON_INTERPRET=1), the compile runs in a process of its
     own, whose kernels are the compiler's.
     """
     if INTERPRETED:
         return _in_compiler_process(
-            tile_experiment, kernel, list(archs), list(variants), dtype=dtype, d=d, d_v=d_v
-        )
+            tile_experiment, kernel, list(archs), list(variants), dtype=dtype, d=d, d_v=d_v,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+        )  # fmt: skip
     records = []
     for arch in archs:
         (launch,) = [

@@ -76,9 +76,9 @@ def test_one_configuration_runs_on_both_architectures_tensor_cores():
 def test_a_spilling_tile_is_reported():
     """64 × 64 float32 state tiles with 4 warps need more than 255 registers a thread: the check
     must say so (the launcher's table uses 16 × 16 for float32). `tile_experiment` compiles in a
-    process of its own where the kernels are interpreted, as here."""
+    process of its own where the kernels are interpreted, as here (and uncached, as here)."""
     (record,) = tile_experiment(
-        "segment_output_kernel", [80], [{"BK": 64, "BV": 64}], dtype="float32"
+        "segment_output_kernel", [80], [{"BK": 64, "BV": 64}], dtype="float32", cache_dir=None
     )
     assert record["spill_bytes"] > 0
     assert record["status"].startswith("spills")
