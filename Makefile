@@ -13,6 +13,7 @@ PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext figures $(wildcard chapters/*.ipynb)
 
 .PHONY: help book serve test check lint unit unit-fast book+kernels kernels gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
+        nbval+portable \
         build-clean browser notebooks \
         macros lab assets venv chromium constraints clean gpu kernels-report peers
 
@@ -24,7 +25,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	# --no-compile: Python compiles each module when first imported, not all of torch's at set-up
+	$(PY) -m pip install --quiet --no-compile -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -144,7 +146,7 @@ $(PEERS): constraints.txt
 # --- checks -------------------------------------------------------------------------------
 # Every check CI runs, one step after another, each step's time printed (README, "Two commands").
 # The book's build runs in one process, so the kernel checks run beside it, on the other core.
-TEST_STEPS := lint unit book+kernels nbval nbval-portable browser
+TEST_STEPS := lint unit book+kernels nbval+portable browser
 test: venv assets chromium
 	@for step in $(TEST_STEPS); do \
 	  start=$$(date +%s); \
@@ -184,15 +186,24 @@ unit-fast: venv
 # processor's own vectorized kernels. nbval-portable runs the generic ones. The interactive
 # figures, whose outputs nbval ignores, compute each stop of each control once rather than every
 # combination (LINATTN_FRAMES, linattn_core/book/explorable.py): most of the notebooks' time.
+NBVAL_JOBS ?= -n 2 --dist loadfile
 NBVAL = LINATTN_FRAMES=each-stop $(BIN)/pytest --nbval --nbval-current-env \
-	--nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadfile chapters
+	--nbval-sanitize-with tests/nbval_sanitize.cfg $(NBVAL_JOBS)
 nbval: venv
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(NBVAL)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(NBVAL) $(NB)
 
 # nbval again under torch's generic CPU kernels, MKL's compatible code path and one thread: a
 # stored output that depends on the processor's order of summation fails here (CONTRIBUTING.md).
+# From the last chapter back: beside `make nbval` (make test), the two meet no notebook at once,
+# and chapter 11's compiles, cached by the first to reach them, are read by the other.
 nbval-portable: venv
-	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(NBVAL)
+	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	    $(NBVAL) $(shell printf '%s\n' $(NB) | sort -r)
+
+# make test's step: both at once, each in one process (no process idles while the other's last
+# notebook runs, as one of two processes of the same run did).
+nbval+portable: venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target nbval nbval-portable NBVAL_JOBS=
 
 # One Chromium: two in parallel took as long (452 s against 465) and made the layout-shift
 # measurements of tests/book/test_pages.py fail on the page that loaded beside another.
