@@ -104,8 +104,16 @@ def test_a_check_computes_each_stop_once_from_the_opening_frame(monkeypatch):
     assert len(frames) == 18
 
 
+def test_the_portable_check_computes_the_opening_frame_alone(monkeypatch):
+    """LINATTN_FRAMES=opening (`make nbval-portable`): the widgets' own values, nothing else."""
+    monkeypatch.setenv("LINATTN_FRAMES", "opening")
+    frames = dict(figure().frames())
+    computed = [caption for caption, frame in frames.items() if frame != NOT_COMPUTED]
+    assert computed == ["n = 3, kind = b, σ = 1"] and len(frames) == 18
+
+
 def test_committed_notebooks_hold_every_frame():
-    """No notebook was executed with LINATTN_FRAMES=each-stop and committed."""
+    """No notebook was executed with LINATTN_FRAMES set and committed."""
     chapters = Path(__file__).resolve().parents[1] / "chapters"
     marker = NOT_COMPUTED.split(":")[0].removeprefix("<pre>")
     for notebook in chapters.glob("*.ipynb"):
