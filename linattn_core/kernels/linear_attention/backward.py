@@ -23,10 +23,11 @@ cut into segments of L chunks:
    token: the last row of their prefix sums.
 
 The per-chunk formulas are `@triton.jit` functions (`chunk_dq`, `chunk_dk`, `chunk_dv`, and
-`backward_state`, `backward_vector` for one chunk's share of D and y) that the segment kernels
-share with `walk_bwd_kernel`, which takes a sequence of one segment (at most ONE_WALK_CHUNKS
-chunks, `forward.py`) in one launch and no sums: its programs walk forward for dq from the
-initial state, then back for dk and again for dv, D and y starting from the final state's
+`backward_state`, `backward_vector` for one chunk's share of D and y), and so is each walk's step
+over one chunk (`dq_step`, `dk_step`, `dv_step`: load, formula, store, state update). The
+segment kernels share them with `walk_bwd_kernel`, which takes a sequence of one segment (at most
+ONE_WALK_CHUNKS chunks, `forward.py`) in one launch and no sums: its programs walk forward for dq
+from the initial state, then back for dk and again for dv, D and y starting from the final state's
 gradient and gaining each chunk after its use, so that they end as the initial state's gradient.
 The host's work of a pass over 1024 tokens is then two launches (`tools.launches.host_work`).
 
