@@ -23,10 +23,11 @@ cut into segments of L chunks:
    token: the last row of their prefix sums.
 
 The per-chunk formulas are `@triton.jit` functions (`chunk_dq`, `chunk_dk`, `chunk_dv`, and
-`backward_state`, `backward_vector` for one chunk's share of D and y) that the segment kernels
-share with `walk_bwd_kernel`, which takes a sequence of one segment (at most ONE_WALK_CHUNKS
-chunks, `forward.py`) in one launch and no sums: its programs walk forward for dq from the
-initial state, then back for dk and again for dv, D and y starting from the final state's
+`backward_state`, `backward_vector` for one chunk's share of D and y), and so is each walk's step
+over one chunk (`dq_step`, `dk_step`, `dv_step`: load, formula, store, state update). The
+segment kernels share them with `walk_bwd_kernel`, which takes a sequence of one segment (at most
+ONE_WALK_CHUNKS chunks, `forward.py`) in one launch and no sums: its programs walk forward for dq
+from the initial state, then back for dk and again for dv, D and y starting from the final state's
 gradient and gaining each chunk after its use, so that they end as the initial state's gradient.
 The host's work of a pass over 1024 tokens is then two launches (`tools.launches.host_work`).
 
@@ -153,6 +154,96 @@ def chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE: tl.constexpr):
     return b_dv + dot_state(b_k, b_d, False)  # k_j D_t
 
 
+@triton.jit
+def store_chunk(x, b_x, row, o_t, m_t, o_c, N, W: tl.constexpr):
+    """Store a [C, len(o_c)] tile at rows o_t (masked by m_t) and columns o_c of head (or share)
+    `row` of a `(·, N, W)` tensor, in that tensor's dtype."""
+    p_x = x + (row * N + o_t[:, None]) * W + o_c[None, :]
+    tl.store(p_x, b_x.to(p_x.dtype.element_ty), mask=m_t[:, None])
+
+
+@triton.jit
+def dq_step(
+    k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, out, first, o_k, o_v, causal, N,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NORMALIZE: tl.constexpr,
+):  # fmt: skip
+    """Chunk i_t of a walk for dq: its rows of dq (`chunk_dq`, into rows `out`) from S_t, z_t,
+    which it returns as S_{t+1}, z_{t+1}. The terms in a belong to the `first` value tile."""
+    o_t = i_t * C + tl.arange(0, C)
+    m_t = o_t < N
+    b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
+    b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
+    b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+    b_a, b_r = None, None
+    if NORMALIZE:
+        b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
+        b_r = load_rows(rden, i_bh, o_t, m_t, N)
+    b_dq = chunk_dq(b_k, b_v, b_do, b_a, b_r, b_h, b_z, causal, NORMALIZE)
+    if NORMALIZE:
+        b_z += tl.sum(b_k.to(tl.float32), axis=0)
+    store_chunk(dq, b_dq, out, o_t, m_t, o_k, N, K)
+    b_h = dot(tl.trans(b_k), b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+    return b_h, b_z
+
+
+@triton.jit
+def dk_step(
+    q, v, do, rden, go, dk, b_d, b_y, i_t, i_bh, out, first, o_k, o_v, causal, N,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NORMALIZE: tl.constexpr,
+    LEAVES: tl.constexpr,
+):  # fmt: skip
+    """Chunk i_t of a walk for dk: its rows of dk (`chunk_dk`, into rows `out`) from D_t, y_t,
+    the sums after it. With LEAVES (a walk forward) D, y come in as the sums of this chunk and
+    those after, and the chunk leaves them before its use; else (a walk back) they come in as
+    D_t, y_t and the chunk joins them after its use, to return D_{t−1}, y_{t−1}. The terms in a
+    and y belong to the `first` value tile."""
+    o_t = i_t * C + tl.arange(0, C)
+    m_t = o_t < N
+    b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
+    b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
+    b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+    b_a, b_r = None, None
+    if NORMALIZE:
+        b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
+        b_r = load_rows(rden, i_bh, o_t, m_t, N)
+    if LEAVES:
+        b_d -= backward_state(b_q, b_do, b_r, NORMALIZE)
+        if NORMALIZE:
+            b_y -= backward_vector(b_q, b_r, b_a)
+    b_dk = chunk_dk(b_q, b_v, b_do, b_a, b_r, b_d, b_y, causal, NORMALIZE)
+    store_chunk(dk, b_dk, out, o_t, m_t, o_k, N, K)
+    if not LEAVES:
+        b_d += backward_state(b_q, b_do, b_r, NORMALIZE)
+        if NORMALIZE:
+            b_y += backward_vector(b_q, b_r, b_a)
+    return b_d, b_y
+
+
+@triton.jit
+def dv_step(
+    q, k, do, rden, dv, b_d, i_t, i_bh, out, o_k, o_v, after, N,
+    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NORMALIZE: tl.constexpr,
+    LEAVES: tl.constexpr,
+):  # fmt: skip
+    """Chunk i_t of a walk for dv: its rows of dv (`chunk_dv`, into rows `out`) from D_t, which
+    comes in and goes out as in `dk_step`."""
+    o_t = i_t * C + tl.arange(0, C)
+    m_t = o_t < N
+    b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
+    b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
+    b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
+    b_r = None
+    if NORMALIZE:
+        b_r = load_rows(rden, i_bh, o_t, m_t, N)
+    if LEAVES:
+        b_d -= backward_state(b_q, b_do, b_r, NORMALIZE)
+    b_dv = chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE)
+    store_chunk(dv, b_dv, out, o_t, m_t, o_v, N, V)
+    if not LEAVES:
+        b_d += backward_state(b_q, b_do, b_r, NORMALIZE)
+    return b_d
+
+
 @tile_rule(widest=(64, 64, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_sums_bwd_kernel(
@@ -255,24 +346,13 @@ def segment_dq_kernel(
     b_z = tl.zeros([BK], dtype=tl.float32)  # z_t
     if NORMALIZE:
         b_z += tl.load(zs + row * K + o_k)
-    out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dq
+    out, first = i_v * tl.num_programs(2) + i_bh, i_v == 0  # this value tile's rows of dq
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
-        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
-        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
-        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
-        b_a, b_r = None, None
-        if NORMALIZE:  # a, in the first value tile's share only
-            b_a = -load_rows(go, i_bh, o_t, m_t & (i_v == 0), N)
-            b_r = load_rows(rden, i_bh, o_t, m_t, N)
-        b_dq = chunk_dq(b_k, b_v, b_do, b_a, b_r, b_h, b_z, causal, NORMALIZE)
-        if NORMALIZE:
-            b_z += tl.sum(b_k.to(tl.float32), axis=0)
-        p_dq = dq + (out * N + o_t[:, None]) * K + o_k[None, :]
-        tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_t[:, None])
-        b_h = dot(tl.trans(b_k), b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+        b_h, b_z = dq_step(
+            k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, out, first, o_k, o_v, causal, N,
+            K, V, C, NORMALIZE,
+        )  # fmt: skip
 
 
 @tile_rule(widest=(64, 32, 16))
@@ -314,21 +394,10 @@ def segment_dk_kernel(
     out = i_v * tl.num_programs(2) + i_bh  # this value tile's rows of dk
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
-        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
-        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
-        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
-        b_a, b_r = None, None
-        if NORMALIZE:
-            b_r = load_rows(rden, i_bh, o_t, m_t, N)
-            b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
-        b_d -= backward_state(b_q, b_do, b_r, NORMALIZE)  # D, y: now the sums after this chunk
-        if NORMALIZE:
-            b_y -= backward_vector(b_q, b_r, b_a)
-        b_dk = chunk_dk(b_q, b_v, b_do, b_a, b_r, b_d, b_y, causal, NORMALIZE)
-        p_dk = dk + (out * N + o_t[:, None]) * K + o_k[None, :]
-        tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
+        b_d, b_y = dk_step(
+            q, v, do, rden, go, dk, b_d, b_y, i_t, i_bh, out, first, o_k, o_v, causal, N,
+            K, V, C, NORMALIZE, LEAVES=True,
+        )  # fmt: skip
 
 
 @tile_rule(widest=(64, 32, 16))
@@ -362,18 +431,10 @@ def segment_dv_kernel(
     out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of dv
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
-        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
-        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
-        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
-        b_r = None
-        if NORMALIZE:
-            b_r = load_rows(rden, i_bh, o_t, m_t, N)
-        b_d -= backward_state(b_q, b_do, b_r, NORMALIZE)
-        b_dv = chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE)
-        p_dv = dv + (out * N + o_t[:, None]) * V + o_v[None, :]
-        tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
+        b_d = dv_step(
+            q, k, do, rden, dv, b_d, i_t, i_bh, out, o_k, o_v, after, N, K, V, C, NORMALIZE,
+            LEAVES=True,
+        )  # fmt: skip
 
 
 # 8 warps: the three walks' pointers and operands spill from 4 (16-bit, normalized: up to 68
@@ -422,56 +483,26 @@ def walk_bwd_kernel(
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
     b_h, b_z = state_tile(h0, z0, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)  # S_t, z_t
     for i_t in range(0, NT):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
-        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
-        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
-        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
-        b_a, b_r = None, None
-        if NORMALIZE:
-            b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
-            b_r = load_rows(rden, i_bh, o_t, m_t, N)
-        b_dq = chunk_dq(b_k, b_v, b_do, b_a, b_r, b_h, b_z, causal, NORMALIZE)
-        if NORMALIZE:
-            b_z += tl.sum(b_k.to(tl.float32), axis=0)
-        p_dq = dq + (rows_q * N + o_t[:, None]) * K + o_k[None, :]
-        tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_t[:, None])
-        b_h = dot(tl.trans(b_k), b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
+        b_h, b_z = dq_step(
+            k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, rows_q, first, o_k, o_v, causal, N,
+            K, V, C, NORMALIZE,
+        )  # fmt: skip
     b_d, b_y = state_tile(dhn, dzn, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)  # D_t, y_t
     b_y = tl.where(first, b_y, 0.0)
     for i_back in range(0, NT):
-        o_t = (NT - 1 - i_back) * C + tl.arange(0, C)
-        m_t = o_t < N
-        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
-        b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
-        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
-        b_a, b_r = None, None
-        if NORMALIZE:
-            b_a = -load_rows(go, i_bh, o_t, m_t & first, N)
-            b_r = load_rows(rden, i_bh, o_t, m_t, N)
-        b_dk = chunk_dk(b_q, b_v, b_do, b_a, b_r, b_d, b_y, causal, NORMALIZE)
-        p_dk = dk + (rows_q * N + o_t[:, None]) * K + o_k[None, :]
-        tl.store(p_dk, b_dk.to(p_dk.dtype.element_ty), mask=m_t[:, None])
-        b_d += backward_state(b_q, b_do, b_r, NORMALIZE)  # D_{t−1}: this chunk joins
-        if NORMALIZE:
-            b_y += backward_vector(b_q, b_r, b_a)
+        b_d, b_y = dk_step(
+            q, v, do, rden, go, dk, b_d, b_y, NT - 1 - i_back, i_bh, rows_q, first, o_k, o_v,
+            causal, N, K, V, C, NORMALIZE, LEAVES=False,
+        )  # fmt: skip
     if dh0 is not None:
         store_state(dh0, dz0, b_d, b_y, i_bh, o_k, o_v, i_v, K, V)
     b_d, _ = state_tile(dhn, None, i_bh, o_k, o_v, K, V, BK, BV, False)  # D_t again, for dv
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
     for i_back in range(0, NT):
-        o_t = (NT - 1 - i_back) * C + tl.arange(0, C)
-        m_t = o_t < N
-        b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
-        b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
-        b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
-        b_r = None
-        if NORMALIZE:
-            b_r = load_rows(rden, i_bh, o_t, m_t, N)
-        b_dv = chunk_dv(b_q, b_k, b_do, b_r, b_d, after, NORMALIZE)
-        p_dv = dv + (rows_v * N + o_t[:, None]) * V + o_v[None, :]
-        tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_t[:, None])
-        b_d += backward_state(b_q, b_do, b_r, NORMALIZE)
+        b_d = dv_step(
+            q, k, do, rden, dv, b_d, NT - 1 - i_back, i_bh, rows_v, o_k, o_v, after, N, K, V, C,
+            NORMALIZE, LEAVES=False,
+        )  # fmt: skip
 
 
 def chunk_linear_attention_bwd(
