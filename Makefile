@@ -21,12 +21,11 @@ help:
 	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test check lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
-# --no-compile: Python compiles each module when it is first imported, not all of torch's here.
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -r requirements.txt -c constraints.txt
+	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
