@@ -13,7 +13,7 @@ PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext figures $(wildcard chapters/*.ipynb)
 
 .PHONY: help book serve test check lint unit unit-fast book+kernels kernels gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
-        nbval+portable \
+        nbval+browser nbval-then-browser \
         build-clean browser notebooks \
         macros lab assets venv chromium constraints clean gpu kernels-report peers
 
@@ -21,11 +21,16 @@ help:
 	@sed -n '2,4p' Makefile | sed 's/^# //'; echo "Targets: book serve test check lint unit unit-fast gpu-compile gpu-check gpu-check-dry nbval nbval-portable browser notebooks macros lab gpu kernels-report peers assets clean"
 
 # --- set-up -------------------------------------------------------------------------------
+# The environment is installed without byte-compiling every module (--no-compile: about 100 s of
+# a clean clone's set-up), and Python writes each module's byte code when it first imports it,
+# where PYTHONDONTWRITEBYTECODE would stop it (then every process, each notebook's kernel among
+# them, compiled torch anew: a clean clone's unit step took 376 s, not 300).
+unexport PYTHONDONTWRITEBYTECODE
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(PY) -m pip install --quiet --no-compile -r requirements.txt -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -145,7 +150,7 @@ $(PEERS): constraints.txt
 # --- checks -------------------------------------------------------------------------------
 # Every check CI runs, one step after another, each step's time printed (README, "Two commands").
 # The book's build runs in one process, so the kernel checks run beside it, on the other core.
-TEST_STEPS := lint unit book+kernels nbval+portable browser
+TEST_STEPS := lint unit book+kernels nbval+browser
 test: venv assets chromium
 	@for step in $(TEST_STEPS); do \
 	  start=$$(date +%s); \
@@ -201,10 +206,13 @@ nbval-portable: venv
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	    $(NBVAL:each-stop=opening) $(shell printf '%s\n' $(NB) | sort -r)
 
-# make test's step: both at once, each in one process (no process idles while the other's last
-# notebook runs, as one of two processes of the same run did).
-nbval+portable: venv
-	$(MAKE) --no-print-directory -j2 --output-sync=target nbval nbval-portable NBVAL_JOBS=
+# make test's last step, on two lanes, one process each (no core idles while the other lane's
+# last notebook runs): `make nbval` then `make browser`, beside `make nbval-portable`, the longer.
+nbval+browser: venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target nbval-then-browser nbval-portable \
+	    NBVAL_JOBS=
+nbval-then-browser: venv
+	$(MAKE) --no-print-directory nbval && $(MAKE) --no-print-directory browser
 
 # One Chromium: two in parallel took as long (452 s against 465) and made the layout-shift
 # measurements of tests/book/test_pages.py fail on the page that loaded beside another.
