@@ -13,7 +13,7 @@ PORT   ?= 8000
 LINTED := linattn_core tests scripts _ext figures $(wildcard chapters/*.ipynb)
 
 .PHONY: help book serve test check lint unit unit-fast book+kernels kernels gpu-compile gpu-check gpu-check-dry nbval nbval-portable \
-        nbval+browser nbval-then-browser \
+        nbval+browser \
         build-clean browser notebooks \
         macros lab assets venv chromium constraints clean gpu kernels-report peers
 
@@ -206,13 +206,11 @@ nbval-portable: venv
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	    $(NBVAL:each-stop=opening) $(shell printf '%s\n' $(NB) | sort -r)
 
-# make test's last step, on two lanes, one process each (no core idles while the other lane's
-# last notebook runs): `make nbval` then `make browser`, beside `make nbval-portable`, the longer.
+# make test's last step: the three side by side, one process each. The browser check leaves a
+# core a third idle (Chromium waits on its pages), and beside the notebooks it takes that share;
+# one after the other, the step took 651 s on 2 cores (nbval 393 s, then the browser 245 s).
 nbval+browser: venv
-	$(MAKE) --no-print-directory -j2 --output-sync=target nbval-then-browser nbval-portable \
-	    NBVAL_JOBS=
-nbval-then-browser: venv
-	$(MAKE) --no-print-directory nbval && $(MAKE) --no-print-directory browser
+	$(MAKE) --no-print-directory -j3 --output-sync=target nbval nbval-portable browser NBVAL_JOBS=
 
 # One Chromium: two in parallel took as long (452 s against 465) and made the layout-shift
 # measurements of tests/book/test_pages.py fail on the page that loaded beside another.
