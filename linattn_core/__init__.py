@@ -53,6 +53,7 @@ from linattn_core.attention import (
     softmax_attention,
 )
 from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule
 from linattn_core.maths import calculus
 from linattn_core.modules import LinearSelfAttention, SoftmaxSelfAttention
 
@@ -69,6 +70,7 @@ __all__ = [
     "eam",
     "favor",
     "feature_maps",
+    "gated_delta_rule",
     "jacobians",
     "kernel_attention",
     "linear_attention",
