@@ -153,7 +153,7 @@ def delta_dqk_kernel(
     dq,  # [B, H, N, K] written
     dk,  # [B, H, N, K] float32 written: (dO Uᵀ ⊙ M)ᵀ Q + U dS'
     dw,  # [B, H, N, K] written: dW = −dU S
-    dg,  # [K / BK, B, H, N] float32 written with gates: the parts of dG of these columns
+    dg,  # [K / BK, B, H, N] float32 written with gates: the parts of dg of these columns
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -164,10 +164,8 @@ def delta_dqk_kernel(
     """dQ = dO S + (dO Uᵀ ⊙ M) K, the first terms of dK, and dW = −dU S: one chunk, BK columns.
 
     With gates, dQ = diag(exp(G)) dO S + (dO Uᵀ ⊙ Γ ⊙ M) K, the terms of dK
-    (dO Uᵀ ⊙ Γ ⊙ M)ᵀ Q + diag(exp(G_C − G)) U dS', and of the gradient dG of the cumulative
-    log-gates the columns' part of rowsum(dQ ⊙ Q) − rowsum(dK ⊙ K) (G_i scales q_i by
-    exp(G_i) and k_i by exp(−G_i) in O and S'), plus ⟨dS', S'⟩ at the chunk's last row (G_C
-    scales S')."""
+    (dO Uᵀ ⊙ Γ ⊙ M)ᵀ Q + diag(exp(G_C − G)) U dS', and these columns' part of dg through O
+    and S' (`gate_grads`)."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_t = i_t * C + tl.arange(0, C)
@@ -200,22 +198,36 @@ def delta_dqk_kernel(
     if g is not None:
         b_g = chunk_gates(g, i_bh, N, o_t, m_t)
         b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
-        b_dq *= tl.exp(b_g)[:, None]
+        b_dq *= tl.exp(b_g)[:, None]  # diag(exp(G)) dO S
         b_dk *= tl.exp(b_last - b_g)[:, None]  # diag(exp(G_C − G)) U dS'
-        b_kf = b_k.to(tl.float32)
-        # ⟨dS', S'⟩ = exp(G_C) ⟨dS', S⟩ + Σ_i exp(G_C − G_i) u_iᵀ dS' k_i, these columns' part
-        b_end = tl.exp(b_last) * b_sds + tl.sum(tl.sum(b_dk * b_kf, axis=1), axis=0)
         b_p *= tl.exp(tl.where(causal, b_g[:, None] - b_g[None, :], 0.0))  # ⊙ Γ
+        gate_grads(b_q, b_k, b_dq, b_dk, b_p, b_sds, b_last, dg, i_k, i_bh, N, o_t, m_t, C)
     b_p = tl.where(causal, b_p, 0.0).to(b_k.dtype)
     b_dq = dot(b_p, b_k, b_dq)
     b_dk = dot(tl.trans(b_p), b_q, b_dk)
-    if g is not None:
-        last = o_t == tl.minimum(i_t * C + C - 1, N - 1)  # the chunk's last row
-        b_dg = tl.sum(b_dq * b_q.to(tl.float32) - b_dk * b_kf, axis=1) + tl.where(last, b_end, 0.0)
-        tl.store(dg + (i_k * tl.num_programs(2) + i_bh) * N + o_t, b_dg, mask=m_t)
     tl.store(dq + rows, b_dq.to(dq.dtype.element_ty), mask=m_t[:, None])
     tl.store(dk + rows, b_dk, mask=m_t[:, None])
     tl.store(dw + rows, (-b_dus).to(dw.dtype.element_ty), mask=m_t[:, None])  # dW = −dU S
+
+
+@triton.jit
+def gate_grads(b_q, b_k, b_dqs, b_dks, b_p, b_sds, b_last, dg, i_k, i_bh, N, o_t, m_t, C):
+    """The gradient of the log-gates through O and S', these columns' part, stored in `dg`:
+    dg_j = Σ_{i ≥ j} dG_i with dG_i = q_i·(exp(G_i) S dO_i) + Σ_l Z_il − Σ_l Z_li,
+    Z = (dO Uᵀ ⊙ Γ ⊙ M⁻) ⊙ Q Kᵀ (g_j scales what reaches token i ≥ j from before j), plus
+    exp(G_C) ⟨dS', S⟩ + Σ_{l < j} exp(G_C − G_l) u_lᵀ dS' k_l (g_j scales S and the updates
+    before j in S'). Each term is written with its own factor Γ_il (l < i), exp(G_i) or
+    exp(G_C − G_l), so that extreme gates give small gradients, not cancelling sums of large
+    ones: the diagonal of Γ, whose terms cancel, never enters. `b_dqs` = exp(G) dO S,
+    `b_dks` = diag(exp(G_C − G)) U dS', `b_p` = dO Uᵀ ⊙ Γ, `b_sds` = ⟨dS', S⟩."""
+    o_c = tl.arange(0, C)
+    before = o_c[None, :] < o_c[:, None]  # [i, l]: l < i
+    b_z = tl.where(before, b_p * dot(b_q, tl.trans(b_k), None), 0.0)
+    b_dg = tl.sum(b_dqs * b_q.to(tl.float32), axis=1) + tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+    b_x = tl.sum(b_dks * b_k.to(tl.float32), axis=1)  # exp(G_C − G_l) u_lᵀ dS' k_l
+    b_dg = tl.cumsum(b_dg, 0, reverse=True) + tl.exp(b_last) * b_sds
+    b_dg += tl.sum(tl.where(before, b_x[None, :], 0.0), axis=1)
+    tl.store(dg + (i_k * tl.num_programs(2) + i_bh) * N + o_t, b_dg, mask=m_t)
 
 
 # float32 C × C tiles (dN) whatever the inputs
@@ -232,7 +244,7 @@ def delta_wy_kernel(
     du,  # [B, H, N, V] dU
     dk_partial,  # [B, H, N, K] float32 the first terms of dK, from delta_dqk_kernel
     g,  # [B, H, N] the log-gates, or None
-    dg_partial,  # [NK, B, H, N] float32 parts of dG, from delta_dqk_kernel (with gates)
+    dg_partial,  # [NK, B, H, N] float32 parts of dg, from delta_dqk_kernel (with gates)
     dk,  # [B, H, N, K] written
     dv,  # [B, H, N, V] written
     dbeta,  # [B, H, N] written
@@ -266,8 +278,6 @@ def delta_wy_kernel(
     if g is not None:
         b_g = chunk_gates(g, i_bh, N, o_t, m_t)
         b_scale = tl.exp(b_g)
-        for i in range(NK):
-            b_dg += tl.load(dg_partial + (i * tl.num_programs(1) + i_bh) * N + o_t, mask=m_t)
     for i_k in range(K // BK):  # X = W: dR = Aᵀ dW into dβ and dK (diag(β) dR), and into dN
         rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
         b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
@@ -309,8 +319,10 @@ def delta_wy_kernel(
             b_dg += tl.sum((b_beta[:, None] * b_dnk - b_dltk) * b_k.to(tl.float32), axis=1)
         tl.store(dk + rows, b_dk.to(dk.dtype.element_ty), mask=m_t[:, None])
     tl.store(dbeta + i_bh * N + o_t, b_dbeta.to(dbeta.dtype.element_ty), mask=m_t)
-    if g is not None:  # G_i = g_1 + … + g_i: dg_j = Σ_{i ≥ j} dG_i
+    if g is not None:  # G_i = g_1 + … + g_i: dg_j = Σ_{i ≥ j} dG_i, and dg's other parts
         b_dg = tl.cumsum(b_dg, 0, reverse=True)
+        for i in range(NK):
+            b_dg += tl.load(dg_partial + (i * tl.num_programs(1) + i_bh) * N + o_t, mask=m_t)
         tl.store(dg + i_bh * N + o_t, b_dg.to(dg.dtype.element_ty), mask=m_t)
 
 
