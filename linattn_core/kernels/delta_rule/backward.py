@@ -374,8 +374,7 @@ def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, ar
     dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
     dg = None if g is None else torch.empty_like(g)
     grid, options = plan[delta_wy_kernel]
-    delta_wy_kernel[grid](
-        k, v, beta, a, w, u_free, dw, du, dk_partial, g, dg_partial, dk, dv, dbeta, dg,
-        n, 0 if g is None else len(dg_partial), d_k, d_v, chunk_size, **options
-    )
+    inputs = (k, v, beta, a, w, u_free, dw, du, dk_partial, g, dg_partial)
+    n_k = 0 if g is None else len(dg_partial)  # programs of delta_dqk_kernel along d_k
+    delta_wy_kernel[grid](*inputs, dk, dv, dbeta, dg, n, n_k, d_k, d_v, chunk_size, **options)
     return dq, dk, dv, dbeta, ds0, dg
