@@ -1,0 +1,136 @@
+"""The gated delta rule on the delta rule's Triton kernels (`gated_delta_rule(...,
+method="triton")`) against the float64 chunked form: outputs, final state and every gradient
+(q, k, v, β, g, initial state), ragged N, d_v ≠ d_k, log-gates of −20 per token, g = 0 as the
+delta rule's kernels, bfloat16 operands, bad inputs. On the CPU they run in the Triton
+interpreter (see conftest.py)."""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
+from linattn_core.testing import KERNEL_RTOL, assert_close, values_and_gradients
+
+NAMES = ["output", "final state", "dq", "dk", "dv", "dbeta", "dg", "dS_0"]
+
+
+def rounded_inputs(*batch, dtype, **sizes):
+    """`gated_deltanet_inputs` rounded to `dtype` and held in float64: what the kernels see."""
+    return [x.double() for x in gated_deltanet_inputs(*batch, dtype=dtype, **sizes)]
+
+
+def gradients_of_both_outputs(v, state, dtype):
+    """Seeded random gradients of the outputs and of the final state, rounded to `dtype`."""
+    generator = torch.Generator().manual_seed(1)
+    return tuple(
+        torch.randn(x.shape, generator=generator, dtype=torch.float64).to(dtype).double()
+        for x in (v, state)
+    )
+
+
+def run(method, inputs, grads, *, with_state):
+    """Outputs, final state and the gradients of q, k, v, β, g (and S_0) of one method."""
+
+    def rule(q, k, v, beta, g, initial=None):
+        return gated_delta_rule(q, k, v, beta, g, method=method, initial_state=initial)
+
+    return values_and_gradients(rule, inputs if with_state else inputs[:-1], grads)
+
+
+def check_against_chunked(inputs, *, dtype, rtol, with_state=True):
+    """method="triton" in `dtype` against the float64 chunked form."""
+    grads = gradients_of_both_outputs(inputs[2], inputs[-1], dtype)
+    expected = run("chunked", inputs, grads, with_state=with_state)
+    actual = run(
+        "triton",
+        [x.to(dtype) for x in inputs],
+        tuple(x.to(dtype) for x in grads),
+        with_state=with_state,
+    )
+    for name, a, e in zip(NAMES, actual, expected, strict=False):
+        assert a.dtype == dtype and a.shape == e.shape, name
+        assert a.isfinite().all(), name
+        assert_close(a, e, rtol=rtol, name=name)
+
+
+# (batch, N, d_k, d_v, initial state): a token, ragged chunks, d_v ≠ d_k both ways, 64 wide
+CPU_CASES = [
+    ((1, 2), 1, 16, 16, True),
+    ((2,), 37, 32, 16, False),
+    ((1, 1), 130, 16, 32, True),
+    ((), 65, 64, 64, True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+@pytest.mark.parametrize(("batch", "n", "d_k", "d_v", "with_state"), CPU_CASES)
+def test_float32_matches_the_float64_chunked_form(batch, n, d_k, d_v, with_state):
+    inputs = rounded_inputs(*batch, n=n, d_k=d_k, d_v=d_v, dtype=torch.float32, gate=(-1, 0))
+    check_against_chunked(inputs, dtype=torch.float32, rtol=1e-5, with_state=with_state)
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+def test_log_gates_of_minus_20_per_token_are_finite_and_right():
+    """Γ_ij = e^{−20(i−j)}, and exp(G_i) reaches e^{−1280}, far below float32's range: every
+    exponent is a sum of gates of one chunk, and dg is summed term by term with its decay."""
+    inputs = rounded_inputs(1, n=90, d_k=16, d_v=32, dtype=torch.float32, gate=(-20, -20))
+    check_against_chunked(inputs, dtype=torch.float32, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+def test_zero_gates_are_the_delta_rule_kernels():
+    q, k, v, beta, _, state = rounded_inputs(2, n=70, d_k=16, d_v=16, dtype=torch.float32)
+    inputs = [x.float() for x in (q, k, v, beta, state)]
+    grads = tuple(x.float() for x in gradients_of_both_outputs(v, state, torch.float32))
+
+    def ungated(q, k, v, beta, initial):
+        return delta_rule(q, k, v, beta, method="triton", initial_state=initial)
+
+    def gated(q, k, v, beta, initial):
+        zero = torch.zeros_like(beta)
+        return gated_delta_rule(q, k, v, beta, zero, method="triton", initial_state=initial)
+
+    expected = values_and_gradients(ungated, inputs, grads)
+    actual = values_and_gradients(gated, inputs, grads)
+    for name, a, e in zip(NAMES[:6] + NAMES[7:], actual, expected, strict=True):
+        assert_close(a, e, rtol=1e-6, name=name)
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
+def test_bfloat16_operands(arch):
+    inputs = rounded_inputs(1, 2, n=77, d_k=32, d_v=16, dtype=torch.bfloat16, seed=5)
+    check_against_chunked(inputs, dtype=torch.bfloat16, rtol=KERNEL_RTOL[torch.bfloat16])
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(("batch", "n"), [((2, 3), 0), ((0, 3), 5)])
+def test_empty_inputs(batch, n):
+    q, k, v, beta, g, _ = gated_deltanet_inputs(*batch, n=n, d_k=16, d_v=32, dtype=torch.float32)
+    g = g.requires_grad_()
+    o, final = gated_delta_rule(q, k, v, beta, g, method="triton")
+    assert o.shape == (*batch, n, 32) and final.shape == (*batch, 32, 16)
+    (o.sum() + final.sum()).backward()
+    assert g.grad.shape == g.shape
+
+
+@pytest.mark.parametrize(
+    ("d_k", "dtype", "error", "match"),
+    [
+        (24, torch.float32, ValueError, r"the feature dimension d = q.shape\[-1\]"),
+        (16, torch.float64, TypeError, "the Triton kernels take float32"),
+    ],
+)
+def test_bad_inputs(d_k, dtype, error, match):
+    q, k, v, beta, g, _ = gated_deltanet_inputs(n=8, d_k=d_k, d_v=16, dtype=dtype)
+    with pytest.raises(error, match=f"^gated_delta_rule: {match}"):
+        gated_delta_rule(q, k, v, beta, g, method="triton")
