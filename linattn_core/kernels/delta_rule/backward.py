@@ -122,17 +122,18 @@ def delta_states_bwd_kernel(
             k + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
         )
         b_du = tl.load(du + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        b_qt = tl.load(q + transposed, mask=m_t[None, :], other=0.0)  # Qᵀ
-        if g is None:
-            b_du = dot(b_k, b_ds.to(b_k.dtype), b_du)  # + K dS'ᵀ
-        else:
+        if g is not None:  # diag(exp(G_C − G)) K, in place of K
             b_g = chunk_gates(g, i_bh, N, o_t, m_t)
             b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
-            b_du += tl.exp(b_last - b_g)[:, None] * dot(b_k, b_ds.to(b_k.dtype), None)
-            b_ds *= tl.exp(b_last)
-            b_qt = (b_qt * tl.exp(b_g)[None, :]).to(b_qt.dtype)  # Qᵀ diag(exp(G))
+            b_k = (b_k * tl.exp(b_last - b_g)[:, None]).to(b_k.dtype)
+        b_du = dot(b_k, b_ds.to(b_k.dtype), b_du)  # + K dS'ᵀ
         tl.store(du + rows, b_du.to(du.dtype.element_ty), mask=m_t[:, None])
-        b_ds = dot(b_qt, tl.load(do + rows, mask=m_t[:, None], other=0.0), b_ds)  # + Qᵀ dO
+        b_qt = tl.load(q + transposed, mask=m_t[None, :], other=0.0)  # Qᵀ
+        b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
+        if g is not None:  # exp(G_C) dS' and Qᵀ diag(exp(G)) dO
+            b_ds *= tl.exp(b_last)
+            b_qt = (b_qt * tl.exp(b_g)[None, :]).to(b_qt.dtype)
+        b_ds = dot(b_qt, b_do, b_ds)  # + Qᵀ dO
         b_wt = tl.load(w + transposed, mask=m_t[None, :], other=0.0)  # Wᵀ
         b_ds = dot(b_wt, (-b_du).to(b_wt.dtype), b_ds)  # − Wᵀ dU
     if ds0 is not None:
@@ -276,8 +277,7 @@ def delta_wy_kernel(
     b_dg = tl.zeros([C], dtype=tl.float32)  # dG, with gates
     b_scale = tl.full([C], 1.0, dtype=tl.float32)  # exp(G) with gates
     if g is not None:
-        b_g = chunk_gates(g, i_bh, N, o_t, m_t)
-        b_scale = tl.exp(b_g)
+        b_scale = tl.exp(chunk_gates(g, i_bh, N, o_t, m_t))
     for i_k in range(K // BK):  # X = W: dR = Aᵀ dW into dβ and dK (diag(β) dR), and into dN
         rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
         b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
@@ -304,6 +304,7 @@ def delta_wy_kernel(
     below = o_c[:, None] > o_c[None, :]
     b_dn = tl.where(below, b_dn, 0.0)  # N has entries on M⁻ only
     if g is not None:  # dN ⊙ Γ
+        b_g = chunk_gates(g, i_bh, N, o_t, m_t)
         b_dn *= tl.exp(tl.where(below, b_g[:, None] - b_g[None, :], 0.0))
     b_dlt = tl.trans(b_beta[:, None] * b_dn)  # dLᵀ, dL = diag(β) dN
     for i_k in range(K // BK):  # N = diag(β)(K Kᵀ ⊙ M⁻): dβ and (dL + dLᵀ) K into dK
