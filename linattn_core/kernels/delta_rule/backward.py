@@ -49,6 +49,8 @@ def delta_du_local_kernel(
     g,  # [B, H, N] the log-gates, or None
     do,  # [B, H, N, V]
     du,  # [B, H, N, V] written: (Q Kᵀ ⊙ M)ᵀ dO, dU's part within the chunk
+    k_decayed,  # [B, H, N, K] written with gates: diag(exp(G_C − G)) K
+    do_gated,  # [B, H, N, V] written with gates: diag(exp(G)) dO
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -56,7 +58,9 @@ def delta_du_local_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
-    """(Q Kᵀ ⊙ M)ᵀ dO, the part of dU that does not depend on the state: one chunk, BV columns."""
+    """(Q Kᵀ ⊙ M)ᵀ dO, the part of dU that does not depend on the state: one chunk, BV columns.
+    With gates, (Q Kᵀ ⊙ Γ ⊙ M)ᵀ dO, and the operands of `delta_states_bwd_kernel` scaled by
+    their decays, so that the walk holds no more registers than without."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     o_t = i_t * C + tl.arange(0, C)
     m_t = o_t < N
@@ -72,14 +76,27 @@ def delta_du_local_kernel(
         )
         b_a = dot(b_k, b_qt, b_a)
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # Mᵀ: i ≥ j for [j, i]
+    rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
+    b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
     if g is not None:  # ⊙ Γᵀ
         b_g = chunk_gates(g, i_bh, N, o_t, m_t)
         b_a *= tl.exp(tl.where(after, b_g[None, :] - b_g[:, None], 0.0))
-    rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
-    b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
+        tl.store(do_gated + rows, (b_do * tl.exp(b_g)[:, None]).to(b_do.dtype), mask=m_t[:, None])
+        if i_v == 0:
+            b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
+            decay_rows(k, k_decayed, tl.exp(b_last - b_g), i_bh, N, o_t, m_t, K, BK)
     tl.store(
         du + rows, dot(tl.where(after, b_a, 0.0).to(b_do.dtype), b_do, None), mask=m_t[:, None]
     )
+
+
+@triton.jit
+def decay_rows(x, y, b_decay, i_bh, N, o_t, m_t, D: tl.constexpr, BD: tl.constexpr):
+    """Y = diag(decay) X on the rows o_t of X `[B, H, N, D]`, in X's dtype."""
+    for i_d in range(D // BD):
+        rows = (i_bh * N + o_t[:, None]) * D + i_d * BD + tl.arange(0, BD)[None, :]
+        b_x = tl.load(x + rows, mask=m_t[:, None], other=0.0)
+        tl.store(y + rows, (b_x * b_decay[:, None]).to(b_x.dtype), mask=m_t[:, None])
 
 
 # a walk, as `delta_states_kernel`: 3 stages on sm_90
@@ -87,10 +104,10 @@ def delta_du_local_kernel(
 @triton.jit(do_not_specialize=["N"])
 def delta_states_bwd_kernel(
     q,  # [B, H, N, K]
-    k,  # [B, H, N, K]
+    k,  # [B, H, N, K] (with gates diag(exp(G_C − G)) K, from delta_du_local_kernel)
     w,  # [B, H, N, K] W, recomputed by delta_prepare_kernel
     g,  # [B, H, N] the log-gates, or None
-    do,  # [B, H, N, V]
+    do,  # [B, H, N, V] (with gates diag(exp(G)) dO, from delta_du_local_kernel)
     ds_final,  # [B, H, V, K] the gradient of the final state
     dh,  # [B, H, NT, K, V] written: dS'ᵀ, the gradient of the state at every chunk's end
     du,  # [B, H, N, V] (Q Kᵀ ⊙ M)ᵀ dO, from delta_du_local_kernel; overwritten: dU
@@ -104,7 +121,7 @@ def delta_states_bwd_kernel(
     """dU = (Q Kᵀ ⊙ M)ᵀ dO + K dS'ᵀ and dS = dS' + dOᵀ Q − dUᵀ W over chunks t = NT − 1, …, 0:
     BV rows of the state's gradient a program, held in registers (as dSᵀ `[K, BV]`). With gates,
     dU = (Q Kᵀ ⊙ Γ ⊙ M)ᵀ dO + diag(exp(G_C − G)) K dS'ᵀ and
-    dS = exp(G_C) dS' + dOᵀ diag(exp(G)) Q − dUᵀ W."""
+    dS = exp(G_C) dS' + dOᵀ diag(exp(G)) Q − dUᵀ W, for k and do given scaled."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_k = tl.arange(0, K)
@@ -122,18 +139,12 @@ def delta_states_bwd_kernel(
             k + (i_bh * N + o_t[:, None]) * K + o_k[None, :], mask=m_t[:, None], other=0.0
         )
         b_du = tl.load(du + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
-        if g is not None:  # diag(exp(G_C − G)) K, in place of K
-            b_g = chunk_gates(g, i_bh, N, o_t, m_t)
-            b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
-            b_k = (b_k * tl.exp(b_last - b_g)[:, None]).to(b_k.dtype)
         b_du = dot(b_k, b_ds.to(b_k.dtype), b_du)  # + K dS'ᵀ
         tl.store(du + rows, b_du.to(du.dtype.element_ty), mask=m_t[:, None])
+        if g is not None:  # exp(G_C) dS', G_C the sum of the chunk's gates
+            b_ds *= tl.exp(tl.sum(tl.load(g + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)))
         b_qt = tl.load(q + transposed, mask=m_t[None, :], other=0.0)  # Qᵀ
-        b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
-        if g is not None:  # exp(G_C) dS' and Qᵀ diag(exp(G)) dO
-            b_ds *= tl.exp(b_last)
-            b_qt = (b_qt * tl.exp(b_g)[None, :]).to(b_qt.dtype)
-        b_ds = dot(b_qt, b_do, b_ds)  # + Qᵀ dO
+        b_ds = dot(b_qt, tl.load(do + rows, mask=m_t[:, None], other=0.0), b_ds)  # + Qᵀ dO
         b_wt = tl.load(w + transposed, mask=m_t[None, :], other=0.0)  # Wᵀ
         b_ds = dot(b_wt, (-b_du).to(b_wt.dtype), b_ds)  # − Wᵀ dU
     if ds0 is not None:
@@ -356,12 +367,16 @@ def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, ar
     h, _ = delta_states(k, w, u_free, u, g, initial_state, chunk_size=chunk_size, plan=plan)
 
     du = torch.empty_like(v)
+    decayed = (None, None) if g is None else (torch.empty_like(k), torch.empty_like(do))
     grid, options = plan[delta_du_local_kernel]
-    delta_du_local_kernel[grid](q, k, g, do, du, *sizes, **options)
+    delta_du_local_kernel[grid](q, k, g, do, du, *decayed, *sizes, **options)
+    k_walk, do_walk = (k, do) if g is None else decayed
     dh = torch.empty_like(h)
     ds0 = None if initial_state is None else torch.empty_like(initial_state)
     grid, options = plan[delta_states_bwd_kernel]
-    delta_states_bwd_kernel[grid](q, k, w, g, do, ds_final, dh, du, ds0, *sizes, **options)
+    walk = (q, k_walk, w, g, do_walk, ds_final, dh, du, ds0)
+    delta_states_bwd_kernel[grid](*walk, *sizes, **options)
+    del decayed, k_walk, do_walk
 
     dq = torch.empty_like(q)
     dk_partial, dw = torch.empty_like(q, dtype=torch.float32), torch.empty_like(q)
