@@ -1,7 +1,7 @@
 """The gated delta rule on the delta rule's Triton kernels (`gated_delta_rule(...,
 method="triton")`) against the float64 chunked form: outputs, final state and every gradient
 (q, k, v, β, g, initial state), ragged N, d_v ≠ d_k, log-gates of −20 per token, g = 0 as the
-delta rule's kernels, bfloat16 operands, bad inputs. On the CPU they run in the Triton
+delta rule's kernels, 16-bit operands, bad inputs. On the CPU they run in the Triton
 interpreter (see conftest.py)."""
 
 import pytest
@@ -107,9 +107,10 @@ def test_zero_gates_are_the_delta_rule_kernels():
 @pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
-def test_bfloat16_operands(arch):
-    inputs = rounded_inputs(1, 2, n=77, d_k=32, d_v=16, dtype=torch.bfloat16, seed=5)
-    check_against_chunked(inputs, dtype=torch.bfloat16, rtol=KERNEL_RTOL[torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_operands(arch, dtype):
+    inputs = rounded_inputs(1, 2, n=77, d_k=32, d_v=16, dtype=dtype, seed=5)
+    check_against_chunked(inputs, dtype=dtype, rtol=KERNEL_RTOL[dtype])
 
 
 @pytest.mark.interpreter
