@@ -11,8 +11,9 @@ segments inside a chunk: G_i − G_j (i ≥ j), G_i and G_C − G_i. For g ≤ 0
 so every exponential lies in [0, 1] whatever the size of g; the factorization
 exp(G_i)·exp(−G_j) would overflow as soon as −G_j passes the dtype's range.
 
-- `gated_delta_rule`: the recurrence token by token ("recurrent") or the chunked UT / WY form
-  with gates ("chunked");
+- `gated_delta_rule`: the recurrence token by token ("recurrent"), the chunked UT / WY form
+  with gates ("chunked"), or that form in the delta rule's Triton kernels given the log-gates
+  ("triton", `linattn_core.kernels.delta_rule`);
 - `segment_sums`: the matrix of the exponents G_i − G_j, computed as sums of g (no subtraction);
 - `gated_deltanet_inputs`: seeded inputs of the kind Gated DeltaNet feeds the rule, for checks.
 """
