@@ -135,3 +135,14 @@ def test_bad_inputs(d_k, dtype, error, match):
     q, k, v, beta, g, _ = gated_deltanet_inputs(n=8, d_k=d_k, d_v=16, dtype=dtype)
     with pytest.raises(error, match=f"^gated_delta_rule: {match}"):
         gated_delta_rule(q, k, v, beta, g, method="triton")
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+def test_a_reset_and_a_huge_gate_are_finite_and_right():
+    """g = −inf (a gate of 0: the state restarts) and g = −10⁴ inside chunks: no −inf − (−inf)."""
+    inputs = rounded_inputs(1, n=100, d_k=16, d_v=16, dtype=torch.float32, gate=(-1, 0))
+    inputs[4][..., 20] = -torch.inf
+    inputs[4][..., 70] = -1e4
+    check_against_chunked(inputs, dtype=torch.float32, rtol=1e-5)

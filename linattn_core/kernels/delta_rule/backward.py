@@ -36,6 +36,7 @@ from linattn_core.kernels.delta_rule.forward import (
     delta_plan,
     delta_prepare,
     delta_states,
+    log_gates,
     walk_launch,
 )
 from linattn_core.kernels.tiles import tile_rule, tiles
@@ -142,7 +143,7 @@ def delta_states_bwd_kernel(
         b_du = dot(b_k, b_ds.to(b_k.dtype), b_du)  # + K dS'ᵀ
         tl.store(du + rows, b_du.to(du.dtype.element_ty), mask=m_t[:, None])
         if g is not None:  # exp(G_C) dS', G_C the sum of the chunk's gates
-            b_ds *= tl.exp(tl.sum(tl.load(g + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)))
+            b_ds *= tl.exp(tl.sum(log_gates(g, i_bh, N, o_t, m_t)))
         b_qt = tl.load(q + transposed, mask=m_t[None, :], other=0.0)  # Qᵀ
         b_ds = dot(b_qt, tl.load(do + rows, mask=m_t[:, None], other=0.0), b_ds)  # + Qᵀ dO
         b_wt = tl.load(w + transposed, mask=m_t[None, :], other=0.0)  # Wᵀ

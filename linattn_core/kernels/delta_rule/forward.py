@@ -185,9 +185,17 @@ def delta_prepare_kernel(
 
 @triton.jit
 def chunk_gates(g, i_bh, N, o_t, m_t):
-    """The cumulative log-gates G_i = g_1 + … + g_i over the rows o_t of a chunk (float32;
-    rows past N add 0, a gate of 1)."""
-    return tl.cumsum(tl.load(g + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32), 0)
+    """The cumulative log-gates G_i = g_1 + … + g_i over the rows o_t of a chunk (float32)."""
+    return tl.cumsum(log_gates(g, i_bh, N, o_t, m_t), 0)
+
+
+@triton.jit
+def log_gates(g, i_bh, N, o_t, m_t):
+    """The log-gates of the rows o_t in float32: rows past N add 0 (a gate of 1), and a gate
+    below −200 (−inf included: a reset) counts as −200, whose exponential is 0 in every dtype the
+    kernels take, so that no difference of cumulative sums is −inf − (−inf). NaN stays NaN."""
+    b_g = tl.load(g + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)
+    return tl.where(b_g < -200.0, -200.0, b_g)
 
 
 @triton.jit
