@@ -38,6 +38,7 @@ from linattn_core.kernels.delta_rule.forward import (
     delta_states,
     log_gates,
     walk_launch,
+    without_budgets,
 )
 from linattn_core.kernels.tiles import tile_rule, tiles
 
@@ -340,18 +341,19 @@ def delta_wy_kernel(
 
 
 @per_shape
-def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
+def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
     """The forward kernels' launches (`delta_plan`) and the backward kernels', decided once per
-    shape: {kernel: (grid, launch options)}."""
+    shape (and `gated`): {kernel: (grid, launch options)}."""
     n_chunks, bh = -(-n // chunk_size), batch * heads
     kernels = (delta_du_local_kernel, delta_states_bwd_kernel, delta_dqk_kernel, delta_wy_kernel)
     du, states, dqk, wy = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
-    return delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch) | {
+    plan = delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated) | {
         delta_du_local_kernel: ((d_v // du.block_v, n_chunks, bh), du.launch_options),
         delta_states_bwd_kernel: walk_launch(states, d_v, bh),
         delta_dqk_kernel: ((d_k // dqk.block_k, n_chunks, bh), dqk.launch_options),
         delta_wy_kernel: ((n_chunks, bh), wy.launch_options),
     }
+    return without_budgets(plan) if gated else plan
 
 
 def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch, g=None):
@@ -361,7 +363,7 @@ def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, ar
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     sizes = (n, d_k, d_v, chunk_size)
-    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
     options = {"chunk_size": chunk_size, "arch": arch, "plan": plan}
     a, w, u_free = delta_prepare(k, v, beta, g, store_a=True, **options)
     u = torch.empty_like(u_free)

@@ -312,16 +312,28 @@ def delta_output_kernel(
 
 
 @per_shape
-def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
-    """The launches of the forward kernels, decided once per shape: {kernel: (grid, launch
-    options)}."""
+def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
+    """The launches of the forward kernels, decided once per shape (and `gated`, the gated delta
+    rule's, `without_budgets`): {kernel: (grid, launch options)}."""
     n_chunks, bh = -(-n // chunk_size), batch * heads
     kernels = (delta_prepare_kernel, delta_states_kernel, delta_output_kernel)
     prepare, states, output = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
-    return {
+    plan = {
         delta_prepare_kernel: ((n_chunks, bh), prepare.launch_options),
         delta_states_kernel: walk_launch(states, d_v, bh),
         delta_output_kernel: ((d_v // output.block_v, n_chunks, bh), output.launch_options),
+    }
+    return without_budgets(plan) if gated else plan
+
+
+def without_budgets(plan):
+    """`plan` with ptxas left to choose the registers of each launch: the register budgets
+    (`tiles.REGISTER_BUDGETS`) were fitted to the kernels without gates, and squeeze the gated
+    kernels into spills (19 of the 39 budgeted configurations on sm_89 and sm_90, none of which
+    spills without its budget)."""
+    return {
+        kernel: (grid, {name: x for name, x in options.items() if name != "maxnreg"})
+        for kernel, (grid, options) in plan.items()
     }
 
 
@@ -337,7 +349,7 @@ def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch, g=None):
     `(B, H, N)` of the gated delta rule, or None."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
-    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
     _, w, u = delta_prepare(k, v, beta, g, chunk_size=chunk_size, arch=arch, plan=plan)
     h, final = delta_states(k, w, u, u, g, initial_state, chunk_size=chunk_size, plan=plan)
     del w
@@ -368,7 +380,7 @@ def delta_prepare(k, v, beta, g=None, *, chunk_size, arch, store_a=False, plan=N
     for these inputs (made when None)."""
     batch, heads, n, d_k = k.shape
     d_v = v.shape[-1]
-    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
     rows = (batch, heads, -(-n // chunk_size) * chunk_size)
     a = k.new_empty(*rows, chunk_size) if store_a else None
     if store_a and a.element_size() == 2:  # a 16-bit A has the bytes of the float32 blocks
