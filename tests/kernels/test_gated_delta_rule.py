@@ -146,3 +146,59 @@ def test_a_reset_and_a_huge_gate_are_finite_and_right():
     inputs[4][..., 20] = -torch.inf
     inputs[4][..., 70] = -1e4
     check_against_chunked(inputs, dtype=torch.float32, rtol=1e-5)
+
+
+def chunk_backward(q, k, v, beta, g, state, grad_o, grad_state):
+    """The formulas of the gated kernels for one chunk in float64: (O, S', dq, dk, dv, dβ, dg,
+    dS_0) for the gradients of O and S' — as `delta_du_local`, `delta_states_bwd`, `delta_dqk`
+    (with `gate_grads`) and `delta_wy` compute them."""
+    c = len(g)
+    causal = torch.ones(c, c, dtype=torch.bool).tril()
+    before = causal.tril(-1)
+    cumulative = g.cumsum(0)  # G
+    e, f = cumulative.exp(), (cumulative[-1] - cumulative).exp()  # exp(G), exp(G_C − G)
+    decay = torch.where(causal, cumulative[:, None] - cumulative[None, :], -torch.inf).exp()
+    inverse = torch.linalg.inv(  # A
+        torch.eye(c, dtype=g.dtype) + beta[:, None] * torch.where(before, k @ k.T * decay, 0.0)
+    )
+    w, u_free = inverse @ ((beta * e)[:, None] * k), inverse @ (beta[:, None] * v)
+    u = u_free - w @ state.T
+    scores = torch.where(causal, q @ k.T * decay, 0.0)
+    o = e[:, None] * (q @ state.T) + scores @ u
+    final = e[-1] * state + (f[:, None] * u).T @ k
+    p = torch.where(causal, grad_o @ u.T * decay, 0.0)
+    du = scores.T @ grad_o + f[:, None] * (k @ grad_state.T)
+    ds0 = e[-1] * grad_state + (e[:, None] * grad_o).T @ q - du.T @ w
+    dq = e[:, None] * (grad_o @ state) + p @ k
+    dr_w, dr_u = inverse.T @ (-du @ state), inverse.T @ du
+    dn = torch.where(before, -(dr_w @ w.T) - dr_u @ u_free.T, 0.0) * decay  # dN ⊙ Γ
+    dl_t_k = (beta[:, None] * dn).T @ k
+    dk_s = f[:, None] * (u @ grad_state)
+    dk = p.T @ q + dk_s + (beta * e)[:, None] * dr_w + beta[:, None] * (dn @ k) + dl_t_k
+    dv = beta[:, None] * dr_u
+    dbeta = e * (dr_w * k).sum(1) + (dr_u * v).sum(1) + ((dn @ k) * k).sum(1)
+    z = torch.where(before, p * (q @ k.T), 0.0)
+    d_cumulative = e * ((grad_o @ state) * q).sum(1) + z.sum(1) - z.sum(0)
+    d_cumulative += beta * e * (dr_w * k).sum(1) + ((beta[:, None] * (dn @ k) - dl_t_k) * k).sum(1)
+    dg = d_cumulative.flip(0).cumsum(0).flip(0) + e[-1] * (state * grad_state).sum()
+    dg += torch.where(before, (dk_s * k).sum(1)[None, :], 0.0).sum(1)
+    return o, final, dq, dk, dv, dbeta, dg, ds0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gate", [(-1.0, 0.0), (-20.0, -20.0), (-0.2, 0.3)])
+@pytest.mark.parametrize("method", ["chunked", "recurrent"])
+def test_the_kernels_formulas_are_the_rules_gradients(gate, method):
+    q, k, v, beta, g, state = gated_deltanet_inputs(n=20, d_k=5, d_v=4, gate=gate, seed=3)
+    generator = torch.Generator().manual_seed(2)
+    grads = tuple(torch.randn(x.shape, generator=generator, dtype=x.dtype) for x in (v, state))
+
+    def rule(q, k, v, beta, g, initial):
+        return gated_delta_rule(
+            q, k, v, beta, g, method=method, chunk_size=20, initial_state=initial
+        )
+
+    expected = values_and_gradients(rule, [q, k, v, beta, g, state], grads)
+    actual = chunk_backward(q, k, v, beta, g, state, *grads)
+    for name, a, e in zip(NAMES, actual, expected, strict=True):
+        assert_close(a, e, rtol=1e-13, name=name)
