@@ -36,9 +36,9 @@ from linattn_core.kernels.delta_rule.forward import (
     delta_plan,
     delta_prepare,
     delta_states,
+    gated_options,
     log_gates,
     walk_launch,
-    without_budgets,
 )
 from linattn_core.kernels.tiles import tile_rule, tiles
 
@@ -353,7 +353,7 @@ def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gate
         delta_dqk_kernel: ((d_k // dqk.block_k, n_chunks, bh), dqk.launch_options),
         delta_wy_kernel: ((n_chunks, bh), wy.launch_options),
     }
-    return without_budgets(plan) if gated else plan
+    return gated_options(plan, arch, d_k, d_v, dtype) if gated else plan
 
 
 def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch, g=None):

@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from linattn_core.kernels.common import dot, per_shape, split_dot
-from linattn_core.kernels.tiles import tile_rule, tiles
+from linattn_core.kernels.tiles import GATED_OPTIONS, kernel_name, tile_rule, tiles
 
 
 @triton.jit
@@ -314,7 +314,7 @@ def delta_output_kernel(
 @per_shape
 def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
     """The launches of the forward kernels, decided once per shape (and `gated`, the gated delta
-    rule's, `without_budgets`): {kernel: (grid, launch options)}."""
+    rule's, `gated_options`): {kernel: (grid, launch options)}."""
     n_chunks, bh = -(-n // chunk_size), batch * heads
     kernels = (delta_prepare_kernel, delta_states_kernel, delta_output_kernel)
     prepare, states, output = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
@@ -323,18 +323,22 @@ def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
         delta_states_kernel: walk_launch(states, d_v, bh),
         delta_output_kernel: ((d_v // output.block_v, n_chunks, bh), output.launch_options),
     }
-    return without_budgets(plan) if gated else plan
+    return gated_options(plan, arch, d_k, d_v, dtype) if gated else plan
 
 
-def without_budgets(plan):
-    """`plan` with ptxas left to choose the registers of each launch: the register budgets
-    (`tiles.REGISTER_BUDGETS`) were fitted to the kernels without gates, and squeeze the gated
-    kernels into spills (19 of the 39 budgeted configurations on sm_89 and sm_90, none of which
-    spills without its budget)."""
-    return {
-        kernel: (grid, {name: x for name, x in options.items() if name != "maxnreg"})
-        for kernel, (grid, options) in plan.items()
-    }
+def gated_options(plan, arch, d_k, d_v, dtype):
+    """`plan` for the gated delta rule: ptxas left to choose the registers of each launch (the
+    register budgets, `tiles.REGISTER_BUDGETS`, were fitted to the kernels without gates, and
+    squeeze the gated kernels into spills: 19 of the 39 budgeted configurations on sm_89 and
+    sm_90, none of which spills without its budget), then the gated kernels' own options where
+    they spill without (`tiles.GATED_OPTIONS`)."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    gated = {}
+    for kernel, (grid, options) in plan.items():
+        options = {name: x for name, x in options.items() if name != "maxnreg"}
+        key = (kernel_name(kernel), arch, dtype_name, d_k, d_v)
+        gated[kernel] = (grid, options | GATED_OPTIONS.get(key, {}))
+    return gated
 
 
 def walk_launch(tile, d_v, bh):
