@@ -124,7 +124,9 @@ REGISTER_BUDGETS = {
 # multiprocessor instead of 4), and the backward walk on sm_89 in float32 at d_k = 128 with an
 # initial state (255 registers and 4 spilled bytes; none with one pipeline stage, which also
 # takes its shared memory from 68 to 16 KiB; 8 warps would hold 202 registers but one program a
-# multiprocessor). (kernel, arch, dtype, d_k, d_v) → launch options that replace the tile's.
+# multiprocessor); the prepare kernel in bfloat16 at d_k = 128, d_v = 64 on sm_89 and sm_90
+# (8 and 4 spilled bytes at 2 warps; at 4, 141-168 registers and none).
+# (kernel, arch, dtype, d_k, d_v) → launch options that replace the tile's.
 GATED_OPTIONS = {
     **{
         ("delta_wy", 90, "float32", d_k, d_v): {"maxnreg": 136}
@@ -135,6 +137,7 @@ GATED_OPTIONS = {
         ("delta_states_bwd", 89, "float32", 128, d_v): {"num_stages": 1}
         for d_v in (16, 32, 64, 128)
     },
+    **{("delta_prepare", arch, "bfloat16", 128, 64): {"num_warps": 4} for arch in (89, 90)},
 }
 
 
