@@ -11,8 +11,9 @@ segments inside a chunk: G_i − G_j (i ≥ j), G_i and G_C − G_i. For g ≤ 0
 so every exponential lies in [0, 1] whatever the size of g; the factorization
 exp(G_i)·exp(−G_j) would overflow as soon as −G_j passes the dtype's range.
 
-- `gated_delta_rule`: the recurrence token by token ("recurrent") or the chunked UT / WY form
-  with gates ("chunked");
+- `gated_delta_rule`: the recurrence token by token ("recurrent"), the chunked UT / WY form
+  with gates ("chunked"), or that form in the delta rule's Triton kernels given the log-gates
+  ("triton", `linattn_core.kernels.delta_rule`);
 - `segment_sums`: the matrix of the exponents G_i − G_j, computed as sums of g (no subtraction);
 - `gated_deltanet_inputs`: seeded inputs of the kind Gated DeltaNet feeds the rule, for checks.
 """
@@ -29,6 +30,7 @@ from linattn_core.delta import (
     _split_chunks,
     deltanet_inputs,
 )
+from linattn_core.methods import GATED_DELTA_RULE_METHODS, auto_method
 from linattn_core.packing import run_packed
 from linattn_core.validation import check_choice, check_positive_int
 
@@ -38,8 +40,6 @@ __all__ = [
     "gated_deltanet_inputs",
     "segment_sums",
 ]
-
-GATED_DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
 def gated_delta_rule(
@@ -62,8 +62,12 @@ def gated_delta_rule(
                     O = diag(exp(G)) Q S_0ᵀ + (Γ ⊙ tril(Q Kᵀ)) U and
                     S_C = exp(G_C) S_0 + Uᵀ diag(exp(G_C − G)) K (16-bit inputs: the
                     triangular solve in float32, everything else in their dtype);
-        "auto"      "chunked" (the Triton kernels of the gated rule are not built yet);
-        "triton"    raises ValueError for that reason.
+        "triton"    the chunked form in the delta rule's Triton kernels given the log-gates
+                    (`linattn_core.kernels.delta_rule`), forward and backward: chunks of 64,
+                    d_k and d_v in {16, 32, 64, 128}, float32 / bfloat16 / float16; on CUDA
+                    tensors, or on the CPU in the Triton interpreter;
+        "auto"      "triton" on a CUDA device when the kernels take the inputs, "chunked"
+                    otherwise (`linattn_core.methods`).
 
     Args:
         q, k: queries and keys `(..., N, d_k)` (Gated DeltaNet normalizes keys to unit length).
@@ -101,10 +105,13 @@ def gated_delta_rule(
             methods=GATED_DELTA_RULE_METHODS, method=method, returns_state=True,
             chunk_size=chunk_size,
         )  # fmt: skip
+    if method == "auto":
+        method = auto_method(GATED_DELTA_RULE_METHODS, q, v, chunk_size=chunk_size)
     if method == "triton":
-        raise ValueError(
-            f"{fn}: method='triton' is not available: the Triton kernels of the gated delta rule "
-            "are not built yet; use method='chunked' or 'recurrent' (got method='triton')"
+        from linattn_core.kernels.delta_rule.function import gated_delta_rule_kernels
+
+        return gated_delta_rule_kernels(
+            q, k, v, beta, g, chunk_size=chunk_size, initial_state=initial_state
         )
     if initial_state is None:
         initial_state = q.new_zeros(*q.shape[:-2], v.shape[-1], q.shape[-1])  # (..., d_v, d_k)

@@ -15,6 +15,7 @@ inputs (`auto_method`):
 
 LINEAR_ATTENTION_METHODS = ("auto", "parallel", "recurrent", "chunked", "triton")
 DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
+GATED_DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
 def auto_method(methods, q, v, *, chunk_size, causal=True, packed=False) -> str:

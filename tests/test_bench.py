@@ -335,7 +335,7 @@ def test_gpu_check_table_sets_ours_beside_fla_and_sdpa():
 
     def row(method, ms, **extra):
         return (
-            {"op": "linear", "N": 65536, "mode": "fwd", "method": method}
+            {"op": "linear", "d": 64, "N": 65536, "mode": "fwd", "method": method}
             | {
                 "median_ms": ms,
                 "peak_bytes": 2**27,
@@ -352,10 +352,10 @@ def test_gpu_check_table_sets_ours_beside_fla_and_sdpa():
         row("sdpa_cudnn", None),  # skipped: the fastest SDPA backend that ran is shown
     ]
     header, line = table(rows)
-    assert header.split()[:4] == ["op", "N", "pass", "ours"]
+    assert header.split()[:5] == ["op", "d", "N", "pass", "ours"]
     assert line.split() == [
-        "linear", "65536", "fwd", "0.250", "0.500", "18.000", "2.00", "72.00", "128/128/128", "51",
-        "%",
+        "linear", "64", "65536", "fwd", "0.250", "0.500", "18.000", "2.00", "72.00", "128/128/128",
+        "51", "%",
     ]  # fmt: skip
     check = {"op": "delta", "dtype": "float16", "d": 64, "N": 777, "flag": False}
     check |= {"rtol": 2e-3, "errors": {"o": 7e-4, "dq": 3e-3}, "passed": False}

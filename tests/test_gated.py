@@ -212,7 +212,6 @@ def good_inputs():
         (lambda a: {**a, "k": a["k"][..., :2]}, ValueError, "k must have the same feature"),
         (lambda a: {**a, "initial_state": a["initial_state"].mT}, ValueError, "initial_state"),
         (lambda a: {**a, "method": "parallel"}, ValueError, "method must be one of"),
-        (lambda a: {**a, "method": "triton"}, ValueError, "method='triton' is not available"),
         (lambda a: {**a, "chunk_size": 0}, ValueError, "chunk_size must be a positive int"),
         (lambda a: {**a, "chunk_size": 2.0}, TypeError, "chunk_size must be a positive int"),
     ],

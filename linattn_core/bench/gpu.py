@@ -3,7 +3,8 @@
     linear  causal linear attention: our Triton kernels (unnormalized like FLA's, and normalized),
             our torch chunked form, FLA's `chunk_linear_attn`, naive softmax, and SDPA with each
             backend pinned (softmax attention, the O(N²) baseline);
-    delta   the delta rule (DeltaNet): our Triton kernels and FLA's `chunk_delta_rule`.
+    delta   the delta rule (DeltaNet): our Triton kernels and FLA's `chunk_delta_rule`;
+    gated   the gated delta rule (Gated DeltaNet): ours and FLA's `chunk_gated_delta_rule`.
 
 FLA runs when the optional `fla` package (fla-core) is installed; it is never a dependency.
 
@@ -34,6 +35,7 @@ from linattn_core.bench.memory import cuda_peak_bytes, memory_budget, skip_reaso
 from linattn_core.bench.methods import METHODS
 from linattn_core.costs import FORMULAS, flop_count, traffic_bytes
 from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule
 from linattn_core.provenance import provenance
 
 SDPA_BACKENDS = {  # name -> torch.nn.attention.SDPBackend member
@@ -43,8 +45,12 @@ SDPA_BACKENDS = {  # name -> torch.nn.attention.SDPBackend member
     "math": "MATH",
 }
 MODES = ("fwd", "fwd+bwd")
-OURS = {"linear": "linear_triton", "delta": "delta_triton"}
-FLA = {"linear": "fla_chunk_linear_attn", "delta": "fla_chunk_delta_rule"}
+OURS = {"linear": "linear_triton", "delta": "delta_triton", "gated": "gated_triton"}
+FLA = {
+    "linear": "fla_chunk_linear_attn",
+    "delta": "fla_chunk_delta_rule",
+    "gated": "fla_chunk_gated_delta_rule",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +66,8 @@ class Compared:
 
 def default_shapes():
     """The crossover sweep (B·H = 16, N = 1k…64k, d ∈ {64, 128}), the fixed-token shapes
-    (B·N = 16k, H·d = 2048) and the delta rule's sweep (B·H = 16, N = 1k…64k, d = 64)."""
+    (B·N = 16k, H·d = 2048), the delta rule's sweep (B·H = 16, N = 1k…64k, d = 64) and the
+    gated delta rule's (B·H = 16, N = 1k…64k, d ∈ {64, 128})."""
     shapes = []
     for d in (64, 128):
         for log_n in range(10, 17):
@@ -72,6 +79,9 @@ def default_shapes():
             )
     for log_n in range(10, 17):
         shapes.append({"sweep": "delta", "op": "delta", "B": 1, "H": 16, "N": 2**log_n, "d": 64})
+    for d in (64, 128):
+        for log_n in range(10, 17):
+            shapes.append({"sweep": "gated", "op": "gated", "B": 1, "H": 16, "N": 2**log_n, "d": d})
     return shapes
 
 
@@ -176,6 +186,9 @@ def compared_methods():
         q, k, v, beta = inputs
         return (lambda: delta_rule(q, k, v, beta, method="triton")[0]), (q, k, v, beta)
 
+    def gated(inputs):
+        return (lambda: gated_delta_rule(*inputs, method="triton")[0]), inputs
+
     methods = {
         "linear_triton": Compared("linear", "linear", unnormalized("triton")),
         "linear_triton_normalized": Compared("linear", "linear", registered("linear_triton")),
@@ -187,6 +200,8 @@ def compared_methods():
         methods[f"sdpa_{backend}"] = Compared("linear", "softmax", registered("sdpa", backend))
     methods[OURS["delta"]] = Compared("delta", None, delta)
     methods[FLA["delta"]] = Compared("delta", None, _fla_delta)
+    methods[OURS["gated"]] = Compared("gated", None, gated)
+    methods[FLA["gated"]] = Compared("gated", None, _fla_gated)
     return methods
 
 
@@ -214,6 +229,16 @@ def _fla_delta(inputs):
     return (lambda: fla(*leaves, **options)[0]), leaves
 
 
+def _fla_gated(inputs):
+    """FLA's chunk_gated_delta_rule with q unscaled like ours, on (B, N, H, d), β and the
+    log-gates g (B, N, H), which it takes in the order (q, k, v, g, β)."""
+    fla = _import_fla("gated_delta_rule", "chunk_gated_delta_rule")
+    if isinstance(fla, str):
+        return fla
+    q, k, v, beta, g = _fla_layout(inputs)
+    return (lambda: fla(q, k, v, g, beta, scale=1.0)[0]), (q, k, v, beta, g)
+
+
 def _import_fla(module, name):
     try:
         return getattr(__import__(f"fla.ops.{module}", fromlist=[name]), name)
@@ -234,7 +259,8 @@ def _fla_layout(inputs):
 def make_inputs(op, shape, dtype, device, *, requires_grad=False, seed=0):
     """A row's inputs `(B, H, N, d)`: for linear attention q, k, v uniform in [0, 1) (positive
     features); for the delta rule DeltaNet's — q scaled by 1/√d, unit keys, v standard normal and
-    β uniform in [0, 1) `(B, H, N)`."""
+    β uniform in [0, 1) `(B, H, N)`; for the gated delta rule those and log-gates g uniform in
+    [−0.5, 0) `(B, H, N)`, as `linattn_core.gated.gated_deltanet_inputs` draws them."""
     generator = torch.Generator(device=device).manual_seed(seed)
     b, h, n, d = shape["B"], shape["H"], shape["N"], shape["d"]
 
@@ -246,6 +272,8 @@ def make_inputs(op, shape, dtype, device, *, requires_grad=False, seed=0):
     else:
         q, k, v = (draw(torch.randn, b, h, n, d) for _ in range(3))
         inputs = [q / d**0.5, k / k.norm(dim=-1, keepdim=True), v, draw(torch.rand, b, h, n)]
+        if op == "gated":
+            inputs.append(-0.5 * draw(torch.rand, b, h, n))
     return tuple(x.to(dtype).requires_grad_(requires_grad) for x in inputs)
 
 

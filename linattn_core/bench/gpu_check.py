@@ -8,16 +8,18 @@ environment, no internet: run it from a copy of the repository (`PYTHONPATH=.`).
 1. compile: every kernel the run launches, compiled in parallel processes into Triton's cache
    (a cold compile costs an H100 machine's CPU 15–20 s per kernel; one at a time, the run
    would spend its budget there);
-2. checks: both operations' kernels against float64 on the GPU, each kernel in each dtype at
-   least once — ragged N, d 64 and 128, the output and every gradient, the delta rule with and
-   without an initial state — against `KERNEL_RTOL`;
+2. checks: the three operations' kernels (linear attention, the delta rule, the gated delta
+   rule) against float64 on the GPU, each kernel in each dtype at least once — ragged N, d 64
+   and 128, the output and every gradient (dg included), the delta rules with and without an
+   initial state — against `KERNEL_RTOL`;
 3. host: where the host's time goes in a pass at N = 1024 (`bench.host`);
 4. training_step: one training step (forward, loss, backward) of each operation, ours, FLA's
    and SDPA's, eager, replayed from a CUDA graph and compiled by torch.compile, N = 1k and 4k,
    B·H = 16 and the training shapes B = 8, H = 16, d = 64 and 128 (`bench.training`; within
    TRAINING_SECONDS, compiled at N = 1k only);
 5. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
-   bfloat16, B·H = 16, d = 64, N = 1k…64k, both operations (`gpu.gpu_benchmark`);
+   bfloat16, B·H = 16, d = 64, N = 1k…64k, each operation, the gated delta rule (against FLA's
+   `chunk_gated_delta_rule`) also at d = 128 (`gpu.gpu_benchmark`);
 6. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
    its Python packages can be carried as wheels, see README) into DIR.
 
@@ -50,12 +52,18 @@ CHECKS = (
     ("delta", "float16", 64, 777, False),
     ("delta", "bfloat16", 128, 4099, True),
     ("delta", "bfloat16", 64, 1000, False),
+    ("gated", "float32", 64, 1000, True),
+    ("gated", "float16", 64, 777, False),
+    ("gated", "bfloat16", 128, 4099, True),
+    ("gated", "bfloat16", 64, 1000, False),
 )
 DRY_CHECKS = (  # float16 for 16-bit: the interpreter's tl.dot mistreats bfloat16 (triton#11584)
     ("linear", "float32", 32, 100, True),
     ("linear", "float16", 16, 70, False),
     ("delta", "float32", 16, 70, True),
     ("delta", "float16", 16, 37, False),
+    ("gated", "float32", 16, 70, True),
+    ("gated", "float16", 16, 37, False),
 )
 TRAINING_SECONDS = 150  # the training steps' share of the check's 6 minutes (compiles included)
 
@@ -77,15 +85,21 @@ BENCH_METHODS = (
     "sdpa_cudnn",
     "delta_triton",
     "fla_chunk_delta_rule",
+    "gated_triton",
+    "fla_chunk_gated_delta_rule",
 )
 
 
 def bench_shapes(dry):
-    """The benchmark's shapes: B·H = 16, d = 64, N = 1k…64k for each operation (toy sizes dry)."""
+    """The benchmark's shapes: B·H = 16, N = 1k…64k, d = 64 for each operation and also d = 128
+    for the gated delta rule (toy sizes dry)."""
     ns, heads, d = ((64, 128), 2, 16) if dry else ([2**p for p in range(10, 17)], 16, 64)
+    gated_dims = (d,) if dry else (64, 128)
+    ops = [("linear", "crossover", d), ("delta", "delta", d)]
+    ops += [("gated", "gated", width) for width in gated_dims]
     return [
-        {"sweep": sweep, "op": op, "B": 1, "H": heads, "N": n, "d": d}
-        for op, sweep in (("linear", "crossover"), ("delta", "delta"))
+        {"sweep": sweep, "op": op, "B": 1, "H": heads, "N": n, "d": width}
+        for op, sweep, width in ops
         for n in ns
     ]
 
@@ -99,11 +113,15 @@ def compile_kernels(cases, device):
 
     arch = device_arch(device)
     configs = {(op, dtype, d, flag) for op, dtype, d, _, flag in cases}
-    configs |= {(op, "bfloat16", d, False) for op in ("linear", "delta") for d in (64, 128)}
+    ops = ("linear", "delta", "gated")
+    configs |= {(op, "bfloat16", d, False) for op in ops for d in (64, 128)}
     launches = []
     for op, dtype, d, flag in sorted(configs):
-        make = linear_launches if op == "linear" else delta_rule_launches
-        launches += [launch for _, launch in make(arch, DTYPES[dtype], d, d, 64, flag)]
+        if op == "linear":
+            found = linear_launches(arch, DTYPES[dtype], d, d, 64, flag)
+        else:
+            found = delta_rule_launches(arch, DTYPES[dtype], d, d, 64, flag, op == "gated")
+        launches += [launch for _, launch in found]
     unique = {_launch_key(launch): launch for launch in launches}
     return compile_launches(unique.values()), len(unique)
 
@@ -167,6 +185,7 @@ def _check_inputs(op, d, n, flag, device):
     import torch
 
     from linattn_core.delta import deltanet_inputs
+    from linattn_core.gated import gated_deltanet_inputs
 
     if op == "linear":  # from an initial state (S_0, z_0) to the final state (S, z)
         generator = torch.Generator(device=device).manual_seed(n)
@@ -179,6 +198,12 @@ def _check_inputs(op, d, n, flag, device):
         if flag:
             return inputs, ("o", "S", "z", "dq", "dk", "dv", "dS0", "dz0")
         return inputs, ("o", "S", "dq", "dk", "dv", "dS0")
+    if op == "gated":  # log-gates of −0.5 to 0 per token
+        *inputs, state = (
+            x.to(device) for x in gated_deltanet_inputs(2, 3, n=n, d_k=d, d_v=d, seed=n)
+        )
+        names = ("o", "S", "dq", "dk", "dv", "dbeta", "dg") + (("dS0",) if flag else ())
+        return inputs + ([state] if flag else []), names
     q, k, v, beta, state = (x.to(device) for x in deltanet_inputs(2, 3, n=n, d_k=d, d_v=d, seed=n))
     names = ("o", "S", "dq", "dk", "dv", "dbeta") + (("dS0",) if flag else ())
     return [q, k, v, beta] + ([state] if flag else []), names
@@ -186,9 +211,10 @@ def _check_inputs(op, d, n, flag, device):
 
 def _outputs(op, flag, inputs, method):
     """The operation's outputs by `method` ("triton", or "chunked" for the float64 reference):
-    (o, S, z) for linear attention (z when normalized), (o, final state) for the delta rule."""
+    (o, S, z) for linear attention (z when normalized), (o, final state) for the delta rules."""
     from linattn_core.attention import linear_attention
     from linattn_core.delta import delta_rule
+    from linattn_core.gated import gated_delta_rule
 
     if op == "linear":
         initial = (inputs[3], inputs[4] if flag else None)
@@ -197,6 +223,9 @@ def _outputs(op, flag, inputs, method):
             output_final_state=True,
         )  # fmt: skip
         return (o, s, z) if flag else (o, s)
+    if op == "gated":
+        initial = inputs[5] if flag else None
+        return gated_delta_rule(*inputs[:5], method=method, initial_state=initial)
     initial = inputs[4] if flag else None
     return delta_rule(*inputs[:4], method=method, initial_state=initial)
 
@@ -245,19 +274,20 @@ def check_line(check):
 
 
 def table(rows):
-    """Lines of the benchmark table: per op, N and mode, the times of ours, FLA's and SDPA's
+    """Lines of the benchmark table: per op, d, N and mode, the times of ours, FLA's and SDPA's
     fastest backend, the ratios, the peak memory and (forward linear attention) the share of
     the copy bandwidth's roofline."""
+    from linattn_core.bench.gpu import FLA, OURS
+
     lines = [
-        f"{'op':<7}{'N':>7} {'pass':<8}{'ours ms':>9}{'FLA ms':>9}{'SDPA ms':>9}"
+        f"{'op':<7}{'d':>4}{'N':>7} {'pass':<8}{'ours ms':>9}{'FLA ms':>9}{'SDPA ms':>9}"
         f"{'FLA/ours':>9}{'SDPA/ours':>10}{'MB ours/FLA/SDPA':>20}{'roofline':>9}"
     ]
     groups = {}
     for row in rows:
-        groups.setdefault((row["op"], row["N"], row["mode"]), {})[row["method"]] = row
-    for (op, n, mode), group in groups.items():
-        ours = group.get("linear_triton" if op == "linear" else "delta_triton", {})
-        fla = group.get("fla_chunk_linear_attn" if op == "linear" else "fla_chunk_delta_rule", {})
+        groups.setdefault((row["op"], row["d"], row["N"], row["mode"]), {})[row["method"]] = row
+    for (op, d, n, mode), group in groups.items():
+        ours, fla = group.get(OURS[op], {}), group.get(FLA[op], {})
         sdpa = min(
             (r for name, r in group.items() if name.startswith("sdpa_") and r["median_ms"]),
             key=lambda r: r["median_ms"],
@@ -275,7 +305,7 @@ def table(rows):
 
         share = ours.get("bandwidth_fraction") if (op, mode) == ("linear", "fwd") else None
         lines.append(
-            f"{op:<7}{n:>7} {mode:<8}{ms(ours):>9}{ms(fla):>9}{ms(sdpa):>9}"
+            f"{op:<7}{d:>4}{n:>7} {mode:<8}{ms(ours):>9}{ms(fla):>9}{ms(sdpa):>9}"
             f"{ratio(ours.get('vs_fla')):>9}{ratio(ours.get('vs_sdpa_best')):>10}"
             f"{'/'.join(mb(r) for r in (ours, fla, sdpa)):>20}"
             f"{(f'{100 * share:.0f} %' if share else '–'):>9}"
@@ -367,7 +397,7 @@ def main(argv=None):
         print(training_line(row), flush=True)
     dtype = torch.float16 if arguments.dry else torch.bfloat16
     report["rows"] = []
-    for op in ("linear", "delta"):  # saved after each: the delta rule's rows may not fit a budget
+    for op in ("linear", "delta", "gated"):  # saved after each: a run cut short keeps the rest
         start = time.perf_counter()
         shapes = [shape for shape in bench_shapes(arguments.dry) if shape["op"] == op]
         benchmark = gpu_benchmark(shapes=shapes, methods=BENCH_METHODS, dtype=dtype, device=device)

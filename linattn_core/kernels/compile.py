@@ -415,10 +415,10 @@ def fit_register_budgets(records, *, jobs=None, cache_dir=None):
 
 def _fit_budget(task):
     (kernel, arch, dtype, d_k, d_v), registers, cache_dir = task
-    launches = [
+    launches = [  # the gated delta rule's take no budgets (`forward.gated_options`)
         launch
         for fields, group in cases(arch, (dtype,))
-        if (fields["d"], fields["d_v"]) == (d_k, d_v)
+        if (fields["d"], fields["d_v"]) == (d_k, d_v) and fields["op"] != "gated_delta_rule"
         for _, launch in group
         if launch.name == f"{kernel}_kernel"
     ]

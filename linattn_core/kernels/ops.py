@@ -169,7 +169,7 @@ def delta_rule_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or absent without S_0)."""
     q, k, v, beta, s0 = contiguous(q, k, v, beta, s0)
-    grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size)
+    grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size)[:5]  # no g, no dg
     return _filled(grads, _delta_grads(q, k, v, beta, s0))
 
 

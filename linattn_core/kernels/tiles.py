@@ -117,6 +117,29 @@ REGISTER_BUDGETS = {
     ("segment_sums_bwd", 80, "float16", 128, 128): 224,
 }
 
+# The gated delta rule's launches leave ptxas its own register count (the budgets above, fitted to
+# the kernels without gates, made 19 of the 39 budgeted gated configurations spill), but for the
+# configurations below, which spill without: the wy kernel on sm_90 in float32 from d_k = 64 and
+# d_v = 32 (128 registers and 8 spilled bytes; 136 and none with this budget: 3 programs a
+# multiprocessor instead of 4), and the backward walk on sm_89 in float32 at d_k = 128 with an
+# initial state (255 registers and 4 spilled bytes; none with one pipeline stage, which also
+# takes its shared memory from 68 to 16 KiB; 8 warps would hold 202 registers but one program a
+# multiprocessor); the prepare kernel in bfloat16 at d_k = 128, d_v = 64 on sm_89 and sm_90
+# (8 and 4 spilled bytes at 2 warps; at 4, 141-168 registers and none).
+# (kernel, arch, dtype, d_k, d_v) → launch options that replace the tile's.
+GATED_OPTIONS = {
+    **{
+        ("delta_wy", 90, "float32", d_k, d_v): {"maxnreg": 136}
+        for d_k in (64, 128)
+        for d_v in (32, 64, 128)
+    },
+    **{
+        ("delta_states_bwd", 89, "float32", 128, d_v): {"num_stages": 1}
+        for d_v in (16, 32, 64, 128)
+    },
+    **{("delta_prepare", arch, "bfloat16", 128, 64): {"num_warps": 4} for arch in (89, 90)},
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Tile:

@@ -117,15 +117,16 @@ def test_committed_report_is_of_these_kernels_and_passes():
     assert {r["arch"] for r in records} == {80, 89, 90}
     assert all(r["status"] == "ok" for r in records)
     linear = {
-        (r["dtype"], r["d"], r["d_v"], r["normalize"]) for r in records if r["op"] != "delta_rule"
-    }
-    delta = {
-        (r["dtype"], r["d"], r["d_v"], r["initial_state"])
+        (r["dtype"], r["d"], r["d_v"], r["normalize"])
         for r in records
-        if r["op"] == "delta_rule"
+        if r["op"] == "linear_attention"
+    }
+    delta = {  # the delta rule's kernels, without and with gates
+        op: {(r["dtype"], r["d"], r["d_v"], r["initial_state"]) for r in records if r["op"] == op}
+        for op in ("delta_rule", "gated_delta_rule")
     }
     every = set(itertools.product(DTYPES, SUPPORTED_DIMS, SUPPORTED_DIMS, (True, False)))
-    assert linear == every and delta == every
+    assert linear == every and all(found == every for found in delta.values())
     assert {r["chunk"] for r in records} == set(SUPPORTED_CHUNK_SIZES)
     assert {r["kernel"] for r in records} == KERNELS | DELTA_KERNELS
     problems = compile_in_subprocess(

@@ -32,9 +32,12 @@ import triton.language as tl
 
 from linattn_core.kernels.common import dot, per_shape, split_dot
 from linattn_core.kernels.delta_rule.forward import (
+    chunk_gates,
     delta_plan,
     delta_prepare,
     delta_states,
+    gated_options,
+    log_gates,
     walk_launch,
 )
 from linattn_core.kernels.tiles import tile_rule, tiles
@@ -45,8 +48,11 @@ from linattn_core.kernels.tiles import tile_rule, tiles
 def delta_du_local_kernel(
     q,  # [B, H, N, K]
     k,  # [B, H, N, K]
+    g,  # [B, H, N] the log-gates, or None
     do,  # [B, H, N, V]
     du,  # [B, H, N, V] written: (Q Kᵀ ⊙ M)ᵀ dO, dU's part within the chunk
+    k_decayed,  # [B, H, N, K] written with gates: diag(exp(G_C − G)) K
+    do_gated,  # [B, H, N, V] written with gates: diag(exp(G)) dO
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -54,7 +60,9 @@ def delta_du_local_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
-    """(Q Kᵀ ⊙ M)ᵀ dO, the part of dU that does not depend on the state: one chunk, BV columns."""
+    """(Q Kᵀ ⊙ M)ᵀ dO, the part of dU that does not depend on the state: one chunk, BV columns.
+    With gates, (Q Kᵀ ⊙ Γ ⊙ M)ᵀ dO, and the operands of `delta_states_bwd_kernel` scaled by
+    their decays, so that the walk holds no more registers than without."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     o_t = i_t * C + tl.arange(0, C)
     m_t = o_t < N
@@ -72,9 +80,25 @@ def delta_du_local_kernel(
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # Mᵀ: i ≥ j for [j, i]
     rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
     b_do = tl.load(do + rows, mask=m_t[:, None], other=0.0)
+    if g is not None:  # ⊙ Γᵀ
+        b_g = chunk_gates(g, i_bh, N, o_t, m_t)
+        b_a *= tl.exp(tl.where(after, b_g[None, :] - b_g[:, None], 0.0))
+        tl.store(do_gated + rows, (b_do * tl.exp(b_g)[:, None]).to(b_do.dtype), mask=m_t[:, None])
+        if i_v == 0:
+            b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
+            decay_rows(k, k_decayed, tl.exp(b_last - b_g), i_bh, N, o_t, m_t, K, BK)
     tl.store(
         du + rows, dot(tl.where(after, b_a, 0.0).to(b_do.dtype), b_do, None), mask=m_t[:, None]
     )
+
+
+@triton.jit
+def decay_rows(x, y, b_decay, i_bh, N, o_t, m_t, D: tl.constexpr, BD: tl.constexpr):
+    """Y = diag(decay) X on the rows o_t of X `[B, H, N, D]`, in X's dtype."""
+    for i_d in range(D // BD):
+        rows = (i_bh * N + o_t[:, None]) * D + i_d * BD + tl.arange(0, BD)[None, :]
+        b_x = tl.load(x + rows, mask=m_t[:, None], other=0.0)
+        tl.store(y + rows, (b_x * b_decay[:, None]).to(b_x.dtype), mask=m_t[:, None])
 
 
 # a walk, as `delta_states_kernel`: 3 stages on sm_90
@@ -82,9 +106,10 @@ def delta_du_local_kernel(
 @triton.jit(do_not_specialize=["N"])
 def delta_states_bwd_kernel(
     q,  # [B, H, N, K]
-    k,  # [B, H, N, K]
+    k,  # [B, H, N, K] (with gates diag(exp(G_C − G)) K, from delta_du_local_kernel)
     w,  # [B, H, N, K] W, recomputed by delta_prepare_kernel
-    do,  # [B, H, N, V]
+    g,  # [B, H, N] the log-gates, or None
+    do,  # [B, H, N, V] (with gates diag(exp(G)) dO, from delta_du_local_kernel)
     ds_final,  # [B, H, V, K] the gradient of the final state
     dh,  # [B, H, NT, K, V] written: dS'ᵀ, the gradient of the state at every chunk's end
     du,  # [B, H, N, V] (Q Kᵀ ⊙ M)ᵀ dO, from delta_du_local_kernel; overwritten: dU
@@ -96,7 +121,9 @@ def delta_states_bwd_kernel(
     BV: tl.constexpr,
 ):
     """dU = (Q Kᵀ ⊙ M)ᵀ dO + K dS'ᵀ and dS = dS' + dOᵀ Q − dUᵀ W over chunks t = NT − 1, …, 0:
-    BV rows of the state's gradient a program, held in registers (as dSᵀ `[K, BV]`)."""
+    BV rows of the state's gradient a program, held in registers (as dSᵀ `[K, BV]`). With gates,
+    dU = (Q Kᵀ ⊙ Γ ⊙ M)ᵀ dO + diag(exp(G_C − G)) K dS'ᵀ and
+    dS = exp(G_C) dS' + dOᵀ diag(exp(G)) Q − dUᵀ W, for k and do given scaled."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_k = tl.arange(0, K)
@@ -116,6 +143,8 @@ def delta_states_bwd_kernel(
         b_du = tl.load(du + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
         b_du = dot(b_k, b_ds.to(b_k.dtype), b_du)  # + K dS'ᵀ
         tl.store(du + rows, b_du.to(du.dtype.element_ty), mask=m_t[:, None])
+        if g is not None:  # exp(G_C) dS', G_C the sum of the chunk's gates
+            b_ds *= tl.exp(tl.sum(log_gates(g, i_bh, N, o_t, m_t)))
         b_qt = tl.load(q + transposed, mask=m_t[None, :], other=0.0)  # Qᵀ
         b_ds = dot(b_qt, tl.load(do + rows, mask=m_t[:, None], other=0.0), b_ds)  # + Qᵀ dO
         b_wt = tl.load(w + transposed, mask=m_t[None, :], other=0.0)  # Wᵀ
@@ -134,9 +163,11 @@ def delta_dqk_kernel(
     h,  # [B, H, NT, K, V] Sᵀ at the chunks' starts
     dh,  # [B, H, NT, K, V] dS'ᵀ at the chunks' ends, from delta_states_bwd_kernel
     du,  # [B, H, N, V] dU
+    g,  # [B, H, N] the log-gates, or None
     dq,  # [B, H, N, K] written
     dk,  # [B, H, N, K] float32 written: (dO Uᵀ ⊙ M)ᵀ Q + U dS'
     dw,  # [B, H, N, K] written: dW = −dU S
+    dg,  # [K / BK, B, H, N] float32 written with gates: the parts of dg of these columns
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -144,7 +175,11 @@ def delta_dqk_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
-    """dQ = dO S + (dO Uᵀ ⊙ M) K, the first terms of dK, and dW = −dU S: one chunk, BK columns."""
+    """dQ = dO S + (dO Uᵀ ⊙ M) K, the first terms of dK, and dW = −dU S: one chunk, BK columns.
+
+    With gates, dQ = diag(exp(G)) dO S + (dO Uᵀ ⊙ Γ ⊙ M) K, the terms of dK
+    (dO Uᵀ ⊙ Γ ⊙ M)ᵀ Q + diag(exp(G_C − G)) U dS', and these columns' part of dg through O
+    and S' (`gate_grads`)."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_t = i_t * C + tl.arange(0, C)
@@ -154,6 +189,7 @@ def delta_dqk_kernel(
     b_dk = tl.zeros([C, BK], dtype=tl.float32)
     b_dus = tl.zeros([C, BK], dtype=tl.float32)  # dU S
     b_p = tl.zeros([C, C], dtype=tl.float32)  # dO Uᵀ
+    b_sds = 0.0  # ⟨dS', S⟩, with gates
     for i_v in range(V // BV):
         o_v = i_v * BV + tl.arange(0, BV)
         rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
@@ -162,20 +198,50 @@ def delta_dqk_kernel(
         b_du = tl.load(du + rows, mask=m_t[:, None], other=0.0)
         state = ((i_bh * NT + i_t) * K + o_k[None, :]) * V + o_v[:, None]  # S [BV, BK]
         b_s = tl.load(h + state)
+        b_dh = tl.load(dh + state)
         b_dq = dot(b_do, b_s, b_dq)
         b_dus = dot(b_du.to(b_s.dtype), b_s, b_dus)
-        b_dk = dot(b_u, tl.load(dh + state), b_dk)  # U dS'
+        b_dk = dot(b_u, b_dh, b_dk)  # U dS'
         b_p = dot(b_do, tl.trans(b_u), b_p)
+        if g is not None:  # ⟨dS', S⟩ on these columns
+            b_sds += tl.sum(tl.sum(b_s.to(tl.float32) * b_dh.to(tl.float32), axis=1), axis=0)
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
     rows = (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
     b_q = tl.load(q + rows, mask=m_t[:, None], other=0.0)
     b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0)
+    if g is not None:
+        b_g = chunk_gates(g, i_bh, N, o_t, m_t)
+        b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
+        b_dq *= tl.exp(b_g)[:, None]  # diag(exp(G)) dO S
+        b_dk *= tl.exp(b_last - b_g)[:, None]  # diag(exp(G_C − G)) U dS'
+        b_p *= tl.exp(tl.where(causal, b_g[:, None] - b_g[None, :], 0.0))  # ⊙ Γ
+        gate_grads(b_q, b_k, b_dq, b_dk, b_p, b_sds, b_last, dg, i_k, i_bh, N, o_t, m_t, C)
     b_p = tl.where(causal, b_p, 0.0).to(b_k.dtype)
     b_dq = dot(b_p, b_k, b_dq)
     b_dk = dot(tl.trans(b_p), b_q, b_dk)
     tl.store(dq + rows, b_dq.to(dq.dtype.element_ty), mask=m_t[:, None])
     tl.store(dk + rows, b_dk, mask=m_t[:, None])
     tl.store(dw + rows, (-b_dus).to(dw.dtype.element_ty), mask=m_t[:, None])  # dW = −dU S
+
+
+@triton.jit
+def gate_grads(b_q, b_k, b_dqs, b_dks, b_p, b_sds, b_last, dg, i_k, i_bh, N, o_t, m_t, C):
+    """The gradient of the log-gates through O and S', these columns' part, stored in `dg`:
+    dg_j = Σ_{i ≥ j} dG_i with dG_i = q_i·(exp(G_i) S dO_i) + Σ_l Z_il − Σ_l Z_li,
+    Z = (dO Uᵀ ⊙ Γ ⊙ M⁻) ⊙ Q Kᵀ (g_j scales what reaches token i ≥ j from before j), plus
+    exp(G_C) ⟨dS', S⟩ + Σ_{l < j} exp(G_C − G_l) u_lᵀ dS' k_l (g_j scales S and the updates
+    before j in S'). Each term is written with its own factor Γ_il (l < i), exp(G_i) or
+    exp(G_C − G_l), so that extreme gates give small gradients, not cancelling sums of large
+    ones: the diagonal of Γ, whose terms cancel, never enters. `b_dqs` = exp(G) dO S,
+    `b_dks` = diag(exp(G_C − G)) U dS', `b_p` = dO Uᵀ ⊙ Γ, `b_sds` = ⟨dS', S⟩."""
+    o_c = tl.arange(0, C)
+    before = o_c[None, :] < o_c[:, None]  # [i, l]: l < i
+    b_z = tl.where(before, b_p * dot(b_q, tl.trans(b_k), None), 0.0)
+    b_dg = tl.sum(b_dqs * b_q.to(tl.float32), axis=1) + tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+    b_x = tl.sum(b_dks * b_k.to(tl.float32), axis=1)  # exp(G_C − G_l) u_lᵀ dS' k_l
+    b_dg = tl.cumsum(b_dg, 0, reverse=True) + tl.exp(b_last) * b_sds
+    b_dg += tl.sum(tl.where(before, b_x[None, :], 0.0), axis=1)
+    tl.store(dg + (i_k * tl.num_programs(2) + i_bh) * N + o_t, b_dg, mask=m_t)
 
 
 # float32 C × C tiles (dN) whatever the inputs
@@ -191,10 +257,14 @@ def delta_wy_kernel(
     dw,  # [B, H, N, K] dW
     du,  # [B, H, N, V] dU
     dk_partial,  # [B, H, N, K] float32 the first terms of dK, from delta_dqk_kernel
+    g,  # [B, H, N] the log-gates, or None
+    dg_partial,  # [NK, B, H, N] float32 parts of dg, from delta_dqk_kernel (with gates)
     dk,  # [B, H, N, K] written
     dv,  # [B, H, N, V] written
     dbeta,  # [B, H, N] written
+    dg,  # [B, H, N] written with gates: the log-gates' gradient
     N,
+    NK,
     K: tl.constexpr,
     V: tl.constexpr,
     C: tl.constexpr,
@@ -203,7 +273,11 @@ def delta_wy_kernel(
 ):
     """Through X = [W, Ũ] = A diag(β)[K, V] and A = (I + N)⁻¹: dV, dβ and the rest of dK, one
     chunk a program. With dR = Aᵀ dX, the inverse's derivative −Aᵀ dA Aᵀ = −Aᵀ dX Rᵀ Aᵀ is
-    −dR Xᵀ: no C × C × C product, and dA is never formed."""
+    −dR Xᵀ: no C × C × C product, and dA is never formed.
+
+    With gates, W = A diag(β exp(G)) K and N = diag(β)(K Kᵀ ⊙ Γ ⊙ M⁻): dN ⊙ Γ takes dN's place
+    and exp(G) scales K in W's terms; dG gains rowsum(dK_W ⊙ K) (W's part of dK) and
+    rowsum(dL K ⊙ K) − rowsum(dLᵀ K ⊙ K), and dg is dG summed from each row to the chunk's end."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     o_c = tl.arange(0, C)
     o_t = i_t * C + o_c
@@ -213,14 +287,24 @@ def delta_wy_kernel(
     b_at = tl.load(p_a)  # Aᵀ [C, C], in the inputs' dtype
     b_dn = tl.zeros([C, C], dtype=tl.float32)  # −dR Xᵀ
     b_dbeta = tl.zeros([C], dtype=tl.float32)
+    b_dg = tl.zeros([C], dtype=tl.float32)  # dG, with gates
+    b_scale = tl.full([C], 1.0, dtype=tl.float32)  # exp(G) with gates
+    if g is not None:
+        b_scale = tl.exp(chunk_gates(g, i_bh, N, o_t, m_t))
     for i_k in range(K // BK):  # X = W: dR = Aᵀ dW into dβ and dK (diag(β) dR), and into dN
         rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
         b_k = tl.load(k + rows, mask=m_t[:, None], other=0.0).to(tl.float32)
         b_dr = dot(b_at, tl.load(dw + rows, mask=m_t[:, None], other=0.0), None)
-        b_dbeta += tl.sum(b_dr * b_k, axis=1)
+        b_drk = tl.sum(b_dr * b_k, axis=1)
+        if g is None:
+            b_dbeta += b_drk
+        else:  # W = A diag(β exp(G)) K
+            b_dbeta += b_scale * b_drk
+            b_dg += b_beta * b_scale * b_drk
         b_w = tl.load(w + rows, mask=m_t[:, None], other=0.0)
         b_dn -= split_dot(b_dr, tl.trans(b_w))
-        b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0) + b_beta[:, None] * b_dr
+        b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0)
+        b_dk += (b_beta * b_scale)[:, None] * b_dr
         tl.store(dk_partial + rows, b_dk, mask=m_t[:, None])
     for i_v in range(V // BV):  # X = Ũ: dR = Aᵀ dU into dβ, dV and dN
         rows = (i_bh * N + o_t[:, None]) * V + i_v * BV + tl.arange(0, BV)[None, :]
@@ -230,7 +314,11 @@ def delta_wy_kernel(
         b_uf = tl.load(u_free + rows, mask=m_t[:, None], other=0.0)
         b_dn -= split_dot(b_dr, tl.trans(b_uf))
         tl.store(dv + rows, (b_beta[:, None] * b_dr).to(dv.dtype.element_ty), mask=m_t[:, None])
-    b_dn = tl.where(o_c[:, None] > o_c[None, :], b_dn, 0.0)  # N has entries on M⁻ only
+    below = o_c[:, None] > o_c[None, :]
+    b_dn = tl.where(below, b_dn, 0.0)  # N has entries on M⁻ only
+    if g is not None:  # dN ⊙ Γ
+        b_g = chunk_gates(g, i_bh, N, o_t, m_t)
+        b_dn *= tl.exp(tl.where(below, b_g[:, None] - b_g[None, :], 0.0))
     b_dlt = tl.trans(b_beta[:, None] * b_dn)  # dLᵀ, dL = diag(β) dN
     for i_k in range(K // BK):  # N = diag(β)(K Kᵀ ⊙ M⁻): dβ and (dL + dLᵀ) K into dK
         rows = (i_bh * N + o_t[:, None]) * K + i_k * BK + tl.arange(0, BK)[None, :]
@@ -239,55 +327,73 @@ def delta_wy_kernel(
         b_dbeta += tl.sum(b_dnk * b_k.to(tl.float32), axis=1)  # rowsum(dN ⊙ L) by tiles
         b_dk = tl.load(dk_partial + rows, mask=m_t[:, None], other=0.0)
         b_dk += b_beta[:, None] * b_dnk  # dL K
-        b_dk += split_dot(b_dlt, b_k)  # dLᵀ K
+        b_dltk = split_dot(b_dlt, b_k)  # dLᵀ K
+        b_dk += b_dltk
+        if g is not None:  # G_i scales k_i by exp(G_i) as a row of L, by exp(−G_i) as a column
+            b_dg += tl.sum((b_beta[:, None] * b_dnk - b_dltk) * b_k.to(tl.float32), axis=1)
         tl.store(dk + rows, b_dk.to(dk.dtype.element_ty), mask=m_t[:, None])
     tl.store(dbeta + i_bh * N + o_t, b_dbeta.to(dbeta.dtype.element_ty), mask=m_t)
+    if g is not None:  # G_i = g_1 + … + g_i: dg_j = Σ_{i ≥ j} dG_i, and dg's other parts
+        b_dg = tl.cumsum(b_dg, 0, reverse=True)
+        for i in range(NK):
+            b_dg += tl.load(dg_partial + (i * tl.num_programs(1) + i_bh) * N + o_t, mask=m_t)
+        tl.store(dg + i_bh * N + o_t, b_dg.to(dg.dtype.element_ty), mask=m_t)
 
 
 @per_shape
-def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
+def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
     """The forward kernels' launches (`delta_plan`) and the backward kernels', decided once per
-    shape: {kernel: (grid, launch options)}."""
+    shape (and `gated`): {kernel: (grid, launch options)}."""
     n_chunks, bh = -(-n // chunk_size), batch * heads
     kernels = (delta_du_local_kernel, delta_states_bwd_kernel, delta_dqk_kernel, delta_wy_kernel)
     du, states, dqk, wy = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
-    return delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch) | {
+    plan = delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated) | {
         delta_du_local_kernel: ((d_v // du.block_v, n_chunks, bh), du.launch_options),
         delta_states_bwd_kernel: walk_launch(states, d_v, bh),
         delta_dqk_kernel: ((d_k // dqk.block_k, n_chunks, bh), dqk.launch_options),
         delta_wy_kernel: ((n_chunks, bh), wy.launch_options),
     }
+    return gated_options(plan, arch, d_k, d_v, dtype) if gated else plan
 
 
-def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch):
-    """Gradients (dq, dk, dv, dβ, d initial state) of the delta rule for the gradients `do` of
-    the outputs and `ds_final` of the final state. Inputs contiguous."""
+def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch, g=None):
+    """Gradients (dq, dk, dv, dβ, d initial state, dg) of the delta rule — gated by the log-gates
+    `g` unless None, then dg is None — for the gradients `do` of the outputs and `ds_final` of
+    the final state. Inputs contiguous."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     sizes = (n, d_k, d_v, chunk_size)
-    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
-    prepared = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, store_a=True, plan=plan)
-    a, w, u_free = prepared
+    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
+    options = {"chunk_size": chunk_size, "arch": arch, "plan": plan}
+    a, w, u_free = delta_prepare(k, v, beta, g, store_a=True, **options)
     u = torch.empty_like(u_free)
-    h, _ = delta_states(k, w, u_free, u, initial_state, chunk_size=chunk_size, plan=plan)
+    h, _ = delta_states(k, w, u_free, u, g, initial_state, chunk_size=chunk_size, plan=plan)
 
     du = torch.empty_like(v)
+    decayed = (None, None) if g is None else (torch.empty_like(k), torch.empty_like(do))
     grid, options = plan[delta_du_local_kernel]
-    delta_du_local_kernel[grid](q, k, do, du, *sizes, **options)
+    delta_du_local_kernel[grid](q, k, g, do, du, *decayed, *sizes, **options)
+    k_walk, do_walk = (k, do) if g is None else decayed
     dh = torch.empty_like(h)
     ds0 = None if initial_state is None else torch.empty_like(initial_state)
     grid, options = plan[delta_states_bwd_kernel]
-    delta_states_bwd_kernel[grid](q, k, w, do, ds_final, dh, du, ds0, *sizes, **options)
+    walk = (q, k_walk, w, g, do_walk, ds_final, dh, du, ds0)
+    delta_states_bwd_kernel[grid](*walk, *sizes, **options)
+    del decayed, k_walk, do_walk
 
     dq = torch.empty_like(q)
     dk_partial, dw = torch.empty_like(q, dtype=torch.float32), torch.empty_like(q)
     grid, options = plan[delta_dqk_kernel]
-    delta_dqk_kernel[grid](q, k, u, do, h, dh, du, dq, dk_partial, dw, *sizes, **options)
+    dg_partial = None if g is None else g.new_empty(grid[0], *g.shape, dtype=torch.float32)
+    delta_dqk_kernel[grid](
+        q, k, u, do, h, dh, du, g, dq, dk_partial, dw, dg_partial, *sizes, **options
+    )
     del u, h, dh  # the last kernel allocates dk and dv: free what it does not read
 
     dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
+    dg = None if g is None else torch.empty_like(g)
     grid, options = plan[delta_wy_kernel]
-    delta_wy_kernel[grid](
-        k, v, beta, a, w, u_free, dw, du, dk_partial, dk, dv, dbeta, *sizes, **options
-    )
-    return dq, dk, dv, dbeta, ds0
+    inputs = (k, v, beta, a, w, u_free, dw, du, dk_partial, g, dg_partial)
+    n_k = 0 if g is None else len(dg_partial)  # programs of delta_dqk_kernel along d_k
+    delta_wy_kernel[grid](*inputs, dk, dv, dbeta, dg, n, n_k, d_k, d_v, chunk_size, **options)
+    return dq, dk, dv, dbeta, ds0, dg

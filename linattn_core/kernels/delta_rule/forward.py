@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from linattn_core.kernels.common import dot, per_shape, split_dot
-from linattn_core.kernels.tiles import tile_rule, tiles
+from linattn_core.kernels.tiles import GATED_OPTIONS, kernel_name, tile_rule, tiles
 
 
 @triton.jit
@@ -112,6 +112,7 @@ def delta_prepare_kernel(
     k,  # [B, H, N, K]
     v,  # [B, H, N, V]
     beta,  # [B, H, N]
+    g,  # [B, H, N] the log-gates, or None (the delta rule)
     a,  # [B, H, NT·C, C] written when STORE_A: A of each chunk, its rows
     scratch,  # [B, H, NT·C, C/2] float32: each chunk's two diagonal blocks of N (may alias a)
     w,  # [B, H, N, K] written: W = A diag(β) K
@@ -125,7 +126,7 @@ def delta_prepare_kernel(
     STORE_A: tl.constexpr,
 ):
     """A = (I + diag(β)(K Kᵀ ⊙ M⁻))⁻¹, W = A diag(β) K, Ũ = A diag(β) V: one chunk a program,
-    in two blocks of R = C/2 rows."""
+    in two blocks of R = C/2 rows. With gates, K Kᵀ ⊙ Γ ⊙ M⁻ and W = A diag(β exp(G)) K."""
     R: tl.constexpr = C // 2
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     o_r = tl.arange(0, R)
@@ -148,6 +149,12 @@ def delta_prepare_kernel(
         b_n10 = dot(b_k1, tl.trans(b_k0), b_n10)
         b_n11 = dot(b_k1, tl.trans(b_k1), b_n11)
     below = o_r[:, None] > o_r[None, :]  # M⁻ inside a diagonal block
+    if g is not None:  # ⊙ Γ, block by block: exponents G_i − G_j ≤ 0 only
+        b_g0 = chunk_gates(g, i_bh, N, o_t0, m_t0)  # G of the first block's rows
+        b_g1 = chunk_gates(g, i_bh, N, o_t1, m_t1) + tl.sum(tl.where(o_r == R - 1, b_g0, 0.0))
+        b_n00 *= tl.exp(tl.where(below, b_g0[:, None] - b_g0[None, :], 0.0))
+        b_n10 *= tl.exp(b_g1[:, None] - b_g0[None, :])
+        b_n11 *= tl.exp(tl.where(below, b_g1[:, None] - b_g1[None, :], 0.0))
     p_n = scratch + (i_bh * tl.cdiv(N, C) + i_t) * C * R  # this chunk's two blocks
     blocks = o_r[:, None] * R + o_r[None, :]
     tl.store(p_n + blocks, tl.where(below, b_beta0[:, None] * b_n00, 0.0))
@@ -165,12 +172,30 @@ def delta_prepare_kernel(
         tl.store(p_a + R * C + R, b_d1.to(a.dtype.element_ty))
     b_d0, b_y10 = b_d0 * b_beta0[None, :], b_y10 * b_beta0[None, :]  # A diag(β), by blocks
     b_d1 = b_d1 * b_beta1[None, :]
-    for i_k in range(K // BK):  # W = A diag(β) K
-        o_k = i_k * BK + tl.arange(0, BK)
-        apply_inverse(k, w, b_d0, b_y10, b_d1, i_bh, N, K, o_t0, o_k, R)
     for i_v in range(V // BV):  # Ũ = A diag(β) V
         o_v = i_v * BV + tl.arange(0, BV)
         apply_inverse(v, u, b_d0, b_y10, b_d1, i_bh, N, V, o_t0, o_v, R)
+    if g is not None:  # A diag(β exp(G))
+        b_d0, b_y10 = b_d0 * tl.exp(b_g0)[None, :], b_y10 * tl.exp(b_g0)[None, :]
+        b_d1 = b_d1 * tl.exp(b_g1)[None, :]
+    for i_k in range(K // BK):  # W = A diag(β) K
+        o_k = i_k * BK + tl.arange(0, BK)
+        apply_inverse(k, w, b_d0, b_y10, b_d1, i_bh, N, K, o_t0, o_k, R)
+
+
+@triton.jit
+def chunk_gates(g, i_bh, N, o_t, m_t):
+    """The cumulative log-gates G_i = g_1 + … + g_i over the rows o_t of a chunk (float32)."""
+    return tl.cumsum(log_gates(g, i_bh, N, o_t, m_t), 0)
+
+
+@triton.jit
+def log_gates(g, i_bh, N, o_t, m_t):
+    """The log-gates of the rows o_t in float32: rows past N add 0 (a gate of 1), and a gate
+    below −200 (−inf included: a reset) counts as −200, whose exponential is 0 in every dtype the
+    kernels take, so that no difference of cumulative sums is −inf − (−inf). NaN stays NaN."""
+    b_g = tl.load(g + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)
+    return tl.where(b_g < -200.0, -200.0, b_g)
 
 
 @triton.jit
@@ -195,6 +220,7 @@ def delta_states_kernel(
     w,  # [B, H, N, K] W, from delta_prepare_kernel
     u_free,  # [B, H, N, V] Ũ, from delta_prepare_kernel
     u,  # [B, H, N, V] written: U = Ũ − W S_0ᵀ (u_free itself in the forward pass)
+    g,  # [B, H, N] the log-gates, or None
     s0,  # [B, H, V, K] the initial state, or None for zeros
     h,  # [B, H, NT, K, V] written: Sᵀ at every chunk's start
     s_final,  # [B, H, V, K] written: the state after the last chunk
@@ -205,7 +231,8 @@ def delta_states_kernel(
     BV: tl.constexpr,
 ):
     """U = Ũ − W S_0ᵀ and S_C = S_0 + Uᵀ K over chunks t = 0, 1, …: BV rows of the state a
-    program, held in registers (as Sᵀ `[K, BV]`) in float32."""
+    program, held in registers (as Sᵀ `[K, BV]`) in float32. With gates,
+    S_C = exp(G_C) S_0 + Uᵀ diag(exp(G_C − G)) K."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_k = tl.arange(0, K)
@@ -230,6 +257,11 @@ def delta_states_kernel(
         b_k = tl.load(
             k + (i_bh * N + o_t[None, :]) * K + o_k[:, None], mask=m_t[None, :], other=0.0
         )
+        if g is not None:  # exponents G_C − G_i ≤ 0 and G_C
+            b_g = chunk_gates(g, i_bh, N, o_t, m_t)
+            b_last = tl.sum(tl.where(tl.arange(0, C) == C - 1, b_g, 0.0))  # G_C
+            b_u *= tl.exp(b_last - b_g)[:, None]
+            b_s *= tl.exp(b_last)
         b_s = dot(b_k, b_u.to(b_k.dtype), b_s)  # S_Cᵀ = S_0ᵀ + Kᵀ U
     tl.store(s_final + state, b_s.to(s_final.dtype.element_ty))
 
@@ -241,6 +273,7 @@ def delta_output_kernel(
     k,  # [B, H, N, K]
     u,  # [B, H, N, V] the corrections U, from delta_states_kernel
     h,  # [B, H, NT, K, V] Sᵀ at the chunks' starts
+    g,  # [B, H, N] the log-gates, or None
     o,  # [B, H, N, V] written
     N,
     K: tl.constexpr,
@@ -249,7 +282,8 @@ def delta_output_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
-    """O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U: one chunk, BV value columns."""
+    """O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U: one chunk, BV value columns. With gates,
+    O = diag(exp(G)) Q S_0ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) U."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     NT = tl.cdiv(N, C)
     o_t = i_t * C + tl.arange(0, C)
@@ -266,6 +300,10 @@ def delta_output_kernel(
         b_o = dot(b_q, tl.load(p_h), b_o)
         b_a = dot(b_q, tl.load(p_k, mask=m_t[None, :], other=0.0), b_a)
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # M: j ≤ i
+    if g is not None:
+        b_g = chunk_gates(g, i_bh, N, o_t, m_t)
+        b_o *= tl.exp(b_g)[:, None]
+        b_a *= tl.exp(tl.where(causal, b_g[:, None] - b_g[None, :], 0.0))  # ⊙ Γ
     p_u = u + (i_bh * N + o_t[:, None]) * V + o_v[None, :]
     b_u = tl.load(p_u, mask=m_t[:, None], other=0.0)
     b_o = dot(tl.where(causal, b_a, 0.0).to(b_u.dtype), b_u, b_o)
@@ -274,17 +312,33 @@ def delta_output_kernel(
 
 
 @per_shape
-def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch):
-    """The launches of the forward kernels, decided once per shape: {kernel: (grid, launch
-    options)}."""
+def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
+    """The launches of the forward kernels, decided once per shape (and `gated`, the gated delta
+    rule's, `gated_options`): {kernel: (grid, launch options)}."""
     n_chunks, bh = -(-n // chunk_size), batch * heads
     kernels = (delta_prepare_kernel, delta_states_kernel, delta_output_kernel)
     prepare, states, output = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
-    return {
+    plan = {
         delta_prepare_kernel: ((n_chunks, bh), prepare.launch_options),
         delta_states_kernel: walk_launch(states, d_v, bh),
         delta_output_kernel: ((d_v // output.block_v, n_chunks, bh), output.launch_options),
     }
+    return gated_options(plan, arch, d_k, d_v, dtype) if gated else plan
+
+
+def gated_options(plan, arch, d_k, d_v, dtype):
+    """`plan` for the gated delta rule: ptxas left to choose the registers of each launch (the
+    register budgets, `tiles.REGISTER_BUDGETS`, were fitted to the kernels without gates, and
+    squeeze the gated kernels into spills: 19 of the 39 budgeted configurations on sm_89 and
+    sm_90, none of which spills without its budget), then the gated kernels' own options where
+    they spill without (`tiles.GATED_OPTIONS`)."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    gated = {}
+    for kernel, (grid, options) in plan.items():
+        options = {name: x for name, x in options.items() if name != "maxnreg"}
+        key = (kernel_name(kernel), arch, dtype_name, d_k, d_v)
+        gated[kernel] = (grid, options | GATED_OPTIONS.get(key, {}))
+    return gated
 
 
 def walk_launch(tile, d_v, bh):
@@ -293,42 +347,44 @@ def walk_launch(tile, d_v, bh):
     return (d_v // tile.block_v, bh), {"BV": tile.block_v} | tile.run_options
 
 
-def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch):
+def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch, g=None):
     """The delta rule's forward pass: (o `(B, H, N, V)`, the final state `(B, H, V, K)`), both in
-    v's dtype. Inputs contiguous; `initial_state` `(B, H, V, K)` or None."""
+    v's dtype. Inputs contiguous; `initial_state` `(B, H, V, K)` or None; `g` the log-gates
+    `(B, H, N)` of the gated delta rule, or None."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
-    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
-    _, w, u = delta_prepare(k, v, beta, chunk_size=chunk_size, arch=arch, plan=plan)
-    h, final = delta_states(k, w, u, u, initial_state, chunk_size=chunk_size, plan=plan)
+    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
+    _, w, u = delta_prepare(k, v, beta, g, chunk_size=chunk_size, arch=arch, plan=plan)
+    h, final = delta_states(k, w, u, u, g, initial_state, chunk_size=chunk_size, plan=plan)
     del w
     o = torch.empty_like(v)
     grid, options = plan[delta_output_kernel]
-    delta_output_kernel[grid](q, k, u, h, o, n, d_k, d_v, chunk_size, **options)
+    delta_output_kernel[grid](q, k, u, h, g, o, n, d_k, d_v, chunk_size, **options)
     return o, final
 
 
-def delta_states(k, w, u_free, u, initial_state, *, chunk_size, plan):
+def delta_states(k, w, u_free, u, g, initial_state, *, chunk_size, plan):
     """Launch `delta_states_kernel`, which writes U into `u` (which may be `u_free`, Ũ): (the
     states Sᵀ at the chunks' starts `(B, H, NT, K, V)`, the final state `(B, H, V, K)`), in u's
-    dtype."""
+    dtype. `g`: the log-gates, or None."""
     batch, heads, n, d_k = k.shape
     d_v = u.shape[-1]
     h = u.new_empty(batch, heads, -(-n // chunk_size), d_k, d_v)
     final = u.new_empty(batch, heads, d_v, d_k)
     grid, options = plan[delta_states_kernel]
     delta_states_kernel[grid](
-        k, w, u_free, u, initial_state, h, final, n, d_k, d_v, chunk_size, **options
+        k, w, u_free, u, g, initial_state, h, final, n, d_k, d_v, chunk_size, **options
     )
     return h, final
 
 
-def delta_prepare(k, v, beta, *, chunk_size, arch, store_a=False, plan=None):
+def delta_prepare(k, v, beta, g=None, *, chunk_size, arch, store_a=False, plan=None):
     """Launch `delta_prepare_kernel`: (A `(B, H, NT·C, C)` in k's dtype when `store_a`, else
-    None; W; Ũ) for every chunk. `plan`: `delta_plan`'s for these inputs (made when None)."""
+    None; W; Ũ) for every chunk, gated by the log-gates `g` unless None. `plan`: `delta_plan`'s
+    for these inputs (made when None)."""
     batch, heads, n, d_k = k.shape
     d_v = v.shape[-1]
-    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch)
+    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
     rows = (batch, heads, -(-n // chunk_size) * chunk_size)
     a = k.new_empty(*rows, chunk_size) if store_a else None
     if store_a and a.element_size() == 2:  # a 16-bit A has the bytes of the float32 blocks
@@ -338,6 +394,6 @@ def delta_prepare(k, v, beta, *, chunk_size, arch, store_a=False, plan=None):
     w, u = torch.empty_like(k), torch.empty_like(v)
     grid, options = plan[delta_prepare_kernel]
     delta_prepare_kernel[grid](
-        k, v, beta, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a, **options
+        k, v, beta, g, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a, **options
     )
     return a, w, u

@@ -7,6 +7,9 @@ delta rule chapter — per chunk of C = 64 tokens the triangular inverse A, then
 the outputs O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U — and its backward pass, every gradient included (q, k,
 v, β and the initial state). The forward pass saves only its inputs; the backward pass recomputes
 A, W, U and the states.
+
+The same kernels compute the gated delta rule (`linattn_core.gated`) when they are given the
+log-gates g (`gated_delta_rule_kernels`): with g = None they are the delta rule's.
 """
 
 import torch
@@ -25,39 +28,44 @@ from linattn_core.kernels.layout import (
 from linattn_core.kernels.tiles import kernel_chunk
 
 
-def delta_forward(q, k, v, beta, s0, chunk_size):
-    """The forward pass on contiguous `(B, H, N, ·)` inputs: (o, the final state)."""
+def delta_forward(q, k, v, beta, s0, chunk_size, g=None):
+    """The forward pass on contiguous `(B, H, N, ·)` inputs, gated by the log-gates `g` unless
+    None: (o, the final state)."""
     if not has_work(v):  # no tokens or no heads: the state passes through
         return torch.empty_like(v), passed_state(s0, (*v.shape[:2], v.shape[-1], q.shape[-1]), v)
     options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
-    return delta_rule_fwd(q, k, v, beta, s0, **options)
+    return delta_rule_fwd(q, k, v, beta, s0, g=g, **options)
 
 
-def delta_backward(q, k, v, beta, s0, do, ds, chunk_size):
-    """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or None without S_0) for the gradients of the
-    outputs and of the final state, on the forward pass's contiguous inputs."""
+def delta_backward(q, k, v, beta, s0, do, ds, chunk_size, g=None):
+    """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or None without S_0, dg or None without g) for
+    the gradients of the outputs and of the final state, on the forward pass's contiguous
+    inputs."""
     if not has_work(v):  # the final state was the initial one
-        return *zero_grads(q, k, v, beta), None if s0 is None else ds.clone()
+        ds0 = None if s0 is None else ds.clone()
+        return *zero_grads(q, k, v, beta), ds0, None if g is None else torch.zeros_like(g)
     options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
-    return delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), **options)
+    return delta_rule_bwd(q, k, v, beta, s0, do.contiguous(), ds.contiguous(), g=g, **options)
 
 
 class DeltaRule(torch.autograd.Function):
-    """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`.
-    Eager mode's path: `torch.compile` traces the same passes as the operators
-    `linattn::delta_rule_forward` and `_backward` (`ops.py`)."""
+    """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`,
+    gated by the log-gates `g` `(B, H, N)` unless None. Eager mode's path: `torch.compile`
+    traces the delta rule's passes as the operators `linattn::delta_rule_forward` and
+    `_backward` (`ops.py`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, beta, initial_state, chunk_size):
-        q, k, v, beta, s0 = contiguous(q, k, v, beta, initial_state)  # the kernels' layout
+    def forward(ctx, q, k, v, beta, initial_state, chunk_size, g=None):
+        q, k, v, beta, s0, g = contiguous(q, k, v, beta, initial_state, g)  # the kernels' layout
         ctx.chunk_size = chunk_size
-        ctx.save_for_backward(q, k, v, beta, s0)
-        return delta_forward(q, k, v, beta, s0, chunk_size)
+        ctx.save_for_backward(q, k, v, beta, s0, g)
+        return delta_forward(q, k, v, beta, s0, chunk_size, g)
 
     @staticmethod
     def backward(ctx, do, ds):
-        q, k, v, beta, s0 = ctx.saved_tensors
-        return *delta_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size), None
+        q, k, v, beta, s0, g = ctx.saved_tensors
+        *grads, dg = delta_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size, g)
+        return *grads, None, dg
 
 
 def triton_delta_rule(q, k, v, beta, *, chunk_size=64, initial_state=None):
@@ -97,3 +105,15 @@ def delta_rule_kernels(q, k, v, beta, *, chunk_size, initial_state):
     batch = q.shape[:-2]
     inputs = as_heads(batch, q, k, v, beta, initial_state)
     return from_heads(batch, *apply(*inputs, chunk_size))
+
+
+def gated_delta_rule_kernels(q, k, v, beta, g, *, chunk_size, initial_state):
+    """`linattn_core.gated.gated_delta_rule(..., method="triton")` for inputs that passed its
+    checks: the delta rule's kernels given the log-gates g `(..., N)` (read in float32 whatever
+    their dtype; dg in g's dtype). Under `torch.compile` the autograd Function runs as is (the
+    operators of `ops.py` are the ungated rule's)."""
+    check_kernel_inputs("gated_delta_rule", ("q", "k", "v"), q, v, chunk_size=chunk_size)
+    batch = q.shape[:-2]
+    inputs = as_heads(batch, q, k, v, beta, initial_state)
+    (gates,) = as_heads(batch, g)
+    return from_heads(batch, *DeltaRule.apply(*inputs, chunk_size, gates))

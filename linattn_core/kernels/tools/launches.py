@@ -154,14 +154,16 @@ def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
     return found
 
 
-def delta_rule_launches(arch, dtype, d_k, d_v, chunk_size, initial_state):
+def delta_rule_launches(arch, dtype, d_k, d_v, chunk_size, initial_state, gated=False):
     """(pass, Launch) for every kernel that the delta rule launches, forward and backward, on
-    `arch` for these inputs, with or without an initial state."""
+    `arch` for these inputs, with or without an initial state; the gated delta rule's when
+    `gated` (the same kernels, given the log-gates)."""
     n = 2 * chunk_size
     q, k, do = (torch.zeros(1, 1, n, width, dtype=dtype) for width in (d_k, d_k, d_v))
     v, beta = torch.zeros(1, 1, n, d_v, dtype=dtype), torch.zeros(1, 1, n, dtype=dtype)
     s0 = torch.zeros(1, 1, d_v, d_k, dtype=dtype) if initial_state else None
-    options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
+    g = torch.zeros(1, 1, n, dtype=dtype) if gated else None
+    options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch, "g": g}
     with intercepted_launches() as forward:
         delta_rule_fwd(q, k, v, beta, s0, **options)
     ds = torch.zeros(1, 1, d_v, d_k, dtype=dtype)
@@ -174,8 +176,9 @@ def delta_rule_launches(arch, dtype, d_k, d_v, chunk_size, initial_state):
 
 def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
     """(fields, launches) for every input configuration the launchers accept on `arch` — the
-    linear attention's (dtype, d, d_v, chunk size, normalization) and the delta rule's (dtype,
-    d_k, d_v, initial state or not) — or with `peer="fla"` FLA's at d = d_v ∈ FLA_DIMS."""
+    linear attention's (dtype, d, d_v, chunk size, normalization), the delta rule's and the
+    gated delta rule's (dtype, d_k, d_v, initial state or not) — or with `peer="fla"`
+    FLA's at d = d_v ∈ FLA_DIMS."""
     if peer == "fla":
         for dtype, d in itertools.product(dtypes, FLA_DIMS):
             fields = {"op": "linear_attention", "dtype": dtype, "d": d, "d_v": d, "chunk": 64}
@@ -188,13 +191,15 @@ def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
         fields = {"op": "linear_attention", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
         launches = linear_attention_launches(arch, DTYPES[dtype], d_k, d_v, chunk, normalize)
         yield fields | {"normalize": normalize}, launches
-    dims = itertools.product(dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS)
-    for (dtype, d_k, d_v), chunk, initial in itertools.product(
-        dims, SUPPORTED_CHUNK_SIZES, (True, False)
-    ):
-        fields = {"op": "delta_rule", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
-        launches = delta_rule_launches(arch, DTYPES[dtype], d_k, d_v, chunk, initial)
-        yield fields | {"initial_state": initial}, launches
+    for op in ("delta_rule", "gated_delta_rule"):
+        dims = itertools.product(dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS)
+        for (dtype, d_k, d_v), chunk, initial in itertools.product(
+            dims, SUPPORTED_CHUNK_SIZES, (True, False)
+        ):
+            fields = {"op": op, "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
+            gated = op == "gated_delta_rule"
+            launches = delta_rule_launches(arch, DTYPES[dtype], d_k, d_v, chunk, initial, gated)
+            yield fields | {"initial_state": initial}, launches
 
 
 # One explicit config for each of FLA's autotuned kernels, from the kernel's own config list
