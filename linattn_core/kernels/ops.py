@@ -3,20 +3,24 @@
     linattn::linear_attention_forward, linattn::linear_attention_backward
     linattn::delta_rule_forward, linattn::delta_rule_backward
 
+The delta rule's operators take the log-gates g as an optional last input, as `DeltaRule` does:
+with g they are the gated delta rule's passes (`linattn_core.gated`, on the same kernels), their
+backward operator returning dg as well, absent without g — one operator pair for both rules.
+
 Each operator runs the launchers of one pass (`linear_forward`, `delta_backward`, …, the same
 functions that eager mode's autograd Functions call); `register_fake` gives the shapes of its
 outputs without running it, and `register_autograd` joins the forward operator to the backward
 one. `torch.compile(fullgraph=True)` traces them as opaque calls, without graph breaks:
-`linear_attention(..., method="triton")` and `delta_rule(..., method="triton")` call
+`linear_attention`, `delta_rule` and `gated_delta_rule` with method="triton" call
 `causal_linear_attention` and `delta_rule` below when `torch.compiler.is_compiling()`, and the
 autograd Functions otherwise — a dispatcher call costs the host more than `Function.apply`, and
 eager mode has no use for it.
 
 An operator returns tensors only: an output that a pass does not make (the final state when it
-was not asked for, r without normalization, the float32 copy of a float32 o) is an empty
-tensor `(0,)`, `ABSENT`, and whether an output is absent depends on the inputs' dtype and the
-flags only, never on their values, as tracing needs. The outputs never alias the inputs or one
-another.
+was not asked for, r without normalization, the float32 copy of a float32 o, ∂L/∂S_0 without
+S_0, dg without g) is an empty tensor `(0,)`, `ABSENT`, and whether an output is absent depends
+on the inputs' dtype, which optional inputs are given and the flags only, never on their
+values, as tracing needs. The outputs never alias the inputs or one another.
 """
 
 import torch
@@ -143,15 +147,22 @@ def causal_linear_attention(q, k, v, s0, z0, normalize, eps, chunk_size, final):
 
 @torch.library.custom_op("linattn::delta_rule_forward", mutates_args=())
 def delta_rule_forward(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, s0: Tensor | None, chunk_size: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    s0: Tensor | None,
+    chunk_size: int,
+    g: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The delta rule's forward pass on `(B, H, N, ·)` inputs: (o, the final state)."""
-    q, k, v, beta, s0 = contiguous(q, k, v, beta, s0)
-    return tuple(x.contiguous() for x in delta_forward(q, k, v, beta, s0, chunk_size))
+    """The delta rule's forward pass on `(B, H, N, ·)` inputs, gated by the log-gates g
+    `(B, H, N)` unless None: (o, the final state)."""
+    q, k, v, beta, s0, g = contiguous(q, k, v, beta, s0, g)
+    return tuple(x.contiguous() for x in delta_forward(q, k, v, beta, s0, chunk_size, g))
 
 
 @delta_rule_forward.register_fake
-def _(q, k, v, beta, s0, chunk_size):
+def _(q, k, v, beta, s0, chunk_size, g=None):
     batch, heads, _, d_k = q.shape
     return v.new_empty(v.shape), v.new_empty(batch, heads, v.shape[-1], d_k)
 
@@ -166,38 +177,40 @@ def delta_rule_backward(
     do: Tensor,
     ds: Tensor,
     chunk_size: int,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or absent without S_0)."""
-    q, k, v, beta, s0 = contiguous(q, k, v, beta, s0)
-    grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size)[:5]  # no g, no dg
-    return _filled(grads, _delta_grads(q, k, v, beta, s0))
+    g: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or absent without S_0, dg or absent without g)."""
+    q, k, v, beta, s0, g = contiguous(q, k, v, beta, s0, g)
+    grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size, g)
+    return _filled(grads, _delta_grads(q, k, v, beta, s0, g))
 
 
-def _delta_grads(q, k, v, beta, s0):
+def _delta_grads(q, k, v, beta, s0, g):
     shapes = (q.shape, k.shape, v.shape, beta.shape, ABSENT if s0 is None else s0.shape)
-    return tuple(x.new_empty(shape) for x, shape in zip((q, k, v, beta, v), shapes, strict=True))
+    grads = tuple(x.new_empty(shape) for x, shape in zip((q, k, v, beta, v), shapes, strict=True))
+    return *grads, v.new_empty(ABSENT) if g is None else g.new_empty(g.shape)
 
 
 @delta_rule_backward.register_fake
-def _(q, k, v, beta, s0, do, ds, chunk_size):
-    return _delta_grads(q, k, v, beta, s0)
+def _(q, k, v, beta, s0, do, ds, chunk_size, g=None):
+    return _delta_grads(q, k, v, beta, s0, g)
 
 
 def _delta_setup(ctx, inputs, output):
-    q, k, v, beta, s0, chunk_size = inputs
-    ctx.save_for_backward(q, k, v, beta, s0)
+    q, k, v, beta, s0, chunk_size, g = inputs
+    ctx.save_for_backward(q, k, v, beta, s0, g)
     ctx.chunk_size = chunk_size
 
 
 def _delta_backward(ctx, do, ds):
-    q, k, v, beta, s0 = ctx.saved_tensors
-    dq, dk, dv, dbeta, ds0 = delta_rule_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size)
-    return dq, dk, dv, dbeta, None if s0 is None else ds0, None
+    q, k, v, beta, s0, g = ctx.saved_tensors
+    dq, dk, dv, dbeta, ds0, dg = delta_rule_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size, g)
+    return dq, dk, dv, dbeta, None if s0 is None else ds0, None, None if g is None else dg
 
 
 delta_rule_forward.register_autograd(_delta_backward, setup_context=_delta_setup)
 
 
-def delta_rule(q, k, v, beta, s0, chunk_size):
+def delta_rule(q, k, v, beta, s0, chunk_size, g=None):
     """`DeltaRule.apply` through the operators: (o, the final state)."""
-    return delta_rule_forward(q, k, v, beta, s0, chunk_size)
+    return delta_rule_forward(q, k, v, beta, s0, chunk_size, g)

@@ -9,7 +9,8 @@ import torch
 pytest.importorskip("triton")
 
 from linattn_core import linear_attention
-from linattn_core.delta import delta_rule, deltanet_inputs
+from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels.linear_attention import backward, forward
 from linattn_core.kernels.tools.launches import host_work
 from linattn_core.testing import random_qkv
@@ -76,16 +77,17 @@ def test_states_add_no_launch_to_a_short_pass():
     assert work.of_kind("synchronizing") == {}
 
 
-def test_a_delta_rule_pass_is_nine_launches_and_one_torch_kernel():
+@pytest.mark.parametrize("rule", [delta_rule, gated_delta_rule])
+def test_a_delta_rule_pass_is_nine_launches_and_one_torch_kernel(rule):
     """Three kernels forward, six backward (the backward pass recomputes A, W, U and the
     states); besides, the zeros of the unused final state's gradient, which autograd makes and
-    the backward kernel of the states reads. No synchronization."""
-    q, k, v, beta, _ = deltanet_inputs(1, 16, n=1024, d_k=64, d_v=64)
-    leaves = [x.to(torch.bfloat16).requires_grad_() for x in (q, k, v, beta)]
+    the backward kernel of the states reads. No synchronization. The gated rule's pass is the
+    same kernels given the log-gates."""
+    q, k, v, beta, g, _ = gated_deltanet_inputs(1, 16, n=1024, d_k=64, d_v=64)
+    gates = (g,) if rule is gated_delta_rule else ()
+    leaves = [x.to(torch.bfloat16).requires_grad_() for x in (q, k, v, beta, *gates)]
     grad = torch.randn_like(leaves[2])
-    work = host_work(
-        lambda: torch.autograd.grad(delta_rule(*leaves, method="triton")[0], leaves, grad)
-    )
+    work = host_work(lambda: torch.autograd.grad(rule(*leaves, method="triton")[0], leaves, grad))
     forward_kernels = ["delta_prepare_kernel", "delta_states_kernel"]
     assert work.launches == [
         *forward_kernels, "delta_output_kernel", *forward_kernels, "delta_du_local_kernel",

@@ -10,7 +10,8 @@ pytest.importorskip("triton")
 
 from linattn_core import linear_attention
 from linattn_core.bench.training import METHODS, MODES, OPS, training_row, training_step
-from linattn_core.delta import delta_rule, deltanet_inputs
+from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels import ops
 from linattn_core.kernels.linear_attention import backward, forward
 from linattn_core.kernels.tools.launches import host_work
@@ -27,11 +28,13 @@ def linear_args(dtype, *, normalize, state, final):
     return leaves, (q, k, v, s0, z0, normalize, 1e-6, 64, final)
 
 
-def delta_args(dtype, *, state):
-    q, k, v, beta, s0 = (x.to(dtype) for x in deltanet_inputs(1, 1, n=40, d_k=16, d_v=32))
-    s0 = s0 if state else None
-    leaves = [x.requires_grad_() for x in (q, k, v, beta, s0) if x is not None]
-    return leaves, (q, k, v, beta, s0, 64)
+def delta_args(dtype, *, state, gated=False):
+    """The delta rule operators' arguments, with the log-gates g last when `gated`."""
+    inputs = gated_deltanet_inputs(1, 1, n=40, d_k=16, d_v=32, gate=(-1, 0))
+    q, k, v, beta, g, s0 = (x.to(dtype) for x in inputs)
+    args = (q, k, v, beta, s0 if state else None, 64, g if gated else None)
+    leaves = [x.requires_grad_() for x in args if isinstance(x, torch.Tensor)]
+    return leaves, args
 
 
 @pytest.mark.interpreter
@@ -60,14 +63,15 @@ def test_opcheck_passes_on_the_linear_attention_operators(dtype, normalize, stat
 
 @pytest.mark.interpreter
 @pytest.mark.slow
+@pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("state", [True, False])
-def test_opcheck_passes_on_the_delta_rule_operators(state):
-    _, args = delta_args(torch.float32, state=state)
+def test_opcheck_passes_on_the_delta_rule_operators(state, gated):
+    """The ungated rule (g = None: dg absent) and the gated one (dg in g's dtype)."""
+    _, args = delta_args(torch.float32, state=state, gated=gated)
     torch.library.opcheck(ops.delta_rule_forward, args)
-    q, k, v, beta, s0 = (None if x is None else x.detach() for x in args[:5])
-    chunk = args[5]
+    q, k, v, beta, s0, chunk, g = (x.detach() if isinstance(x, torch.Tensor) else x for x in args)
     grads = (torch.randn_like(v), torch.randn(1, 1, 32, 16))
-    torch.library.opcheck(ops.delta_rule_backward, (q, k, v, beta, s0, *grads, chunk))
+    torch.library.opcheck(ops.delta_rule_backward, (q, k, v, beta, s0, *grads, chunk, g))
 
 
 def _compiled_gradients(step, leaves):
@@ -103,11 +107,14 @@ def test_torch_compile_traces_linear_attention_without_graph_breaks():
 
 @pytest.mark.interpreter
 @pytest.mark.slow
-def test_torch_compile_traces_the_delta_rule_without_graph_breaks():
-    leaves, _ = delta_args(torch.float32, state=True)
+@pytest.mark.parametrize("rule", [delta_rule, gated_delta_rule])
+def test_torch_compile_traces_the_delta_rules_without_graph_breaks(rule):
+    """The delta rule and the gated one, whose compiled backward pass gives dg too: both
+    through the operators `linattn::delta_rule_*`."""
+    leaves, _ = delta_args(torch.float32, state=True, gated=rule is gated_delta_rule)
 
-    def step(q, k, v, beta, s0):
-        o, s = delta_rule(q, k, v, beta, method="triton", initial_state=s0)
+    def step(q, k, v, beta, s0, *g):
+        o, s = rule(q, k, v, beta, *g, method="triton", initial_state=s0)
         return o.sum() + s.sum()
 
     eager, compiled = _compiled_gradients(step, leaves)
@@ -131,20 +138,20 @@ def _step_work(op, n, *, state):
             return out[0].sum() + out[1].S.sum() if state else out.sum()
 
     else:
-        q, k, v, beta, s0 = (
-            x.to(torch.bfloat16) for x in deltanet_inputs(1, 16, n=n, d_k=64, d_v=64)
-        )
+        inputs = gated_deltanet_inputs(1, 16, n=n, d_k=64, d_v=64)
+        q, k, v, beta, g, s0 = (x.to(torch.bfloat16) for x in inputs)
+        rule, gates = (gated_delta_rule, (g,)) if op == "gated" else (delta_rule, ())
         s0 = s0 if state else None
-        leaves = [x.requires_grad_() for x in (q, k, v, beta, s0) if x is not None]
+        leaves = [x.requires_grad_() for x in (q, k, v, beta, *gates, s0) if x is not None]
 
         def loss():
-            o, s = delta_rule(q, k, v, beta, method="triton", initial_state=s0)
+            o, s = rule(q, k, v, beta, *gates, method="triton", initial_state=s0)
             return o.sum() + s.sum()
 
     return host_work(lambda: torch.autograd.grad(loss(), leaves))
 
 
-@pytest.mark.parametrize("op", ["linear", "delta"])
+@pytest.mark.parametrize("op", ["linear", "delta", "gated"])
 @pytest.mark.parametrize("n, state", [(1024, False), (4096, True)])
 def test_a_training_step_never_synchronizes_so_a_cuda_graph_can_capture_it(
     monkeypatch, op, n, state

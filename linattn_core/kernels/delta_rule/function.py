@@ -51,8 +51,8 @@ def delta_backward(q, k, v, beta, s0, do, ds, chunk_size, g=None):
 class DeltaRule(torch.autograd.Function):
     """The delta rule `(B, H, N, ·)` → outputs `(B, H, N, d_v)`, final state `(B, H, d_v, d_k)`,
     gated by the log-gates `g` `(B, H, N)` unless None. Eager mode's path: `torch.compile`
-    traces the delta rule's passes as the operators `linattn::delta_rule_forward` and
-    `_backward` (`ops.py`)."""
+    traces the passes of both rules as the operators `linattn::delta_rule_forward` and
+    `_backward` (`ops.py`), which take g too."""
 
     @staticmethod
     def forward(ctx, q, k, v, beta, initial_state, chunk_size, g=None):
@@ -99,21 +99,24 @@ def delta_rule_kernels(q, k, v, beta, *, chunk_size, initial_state):
     them (`check_kernel_inputs`), and the passes, in eager mode through `DeltaRule`, under
     `torch.compile` through the operators of `ops.py`."""
     check_kernel_inputs("delta_rule", ("q", "k", "v"), q, v, chunk_size=chunk_size)
-    apply = DeltaRule.apply
-    if torch.compiler.is_compiling():
-        from linattn_core.kernels.ops import delta_rule as apply
-    batch = q.shape[:-2]
-    inputs = as_heads(batch, q, k, v, beta, initial_state)
-    return from_heads(batch, *apply(*inputs, chunk_size))
+    return _passes(q, k, v, beta, None, chunk_size, initial_state)
 
 
 def gated_delta_rule_kernels(q, k, v, beta, g, *, chunk_size, initial_state):
     """`linattn_core.gated.gated_delta_rule(..., method="triton")` for inputs that passed its
     checks: the delta rule's kernels given the log-gates g `(..., N)` (read in float32 whatever
-    their dtype; dg in g's dtype). Under `torch.compile` the autograd Function runs as is (the
-    operators of `ops.py` are the ungated rule's)."""
+    their dtype; dg in g's dtype), in eager mode through `DeltaRule`, under `torch.compile`
+    through the delta rule's operators of `ops.py`, which take g too."""
     check_kernel_inputs("gated_delta_rule", ("q", "k", "v"), q, v, chunk_size=chunk_size)
+    return _passes(q, k, v, beta, g, chunk_size, initial_state)
+
+
+def _passes(q, k, v, beta, g, chunk_size, initial_state):
+    """The forward pass (and its backward, through autograd) on checked inputs with any leading
+    dimensions, gated unless g is None."""
+    apply = DeltaRule.apply
+    if torch.compiler.is_compiling():
+        from linattn_core.kernels.ops import delta_rule as apply
     batch = q.shape[:-2]
-    inputs = as_heads(batch, q, k, v, beta, initial_state)
-    (gates,) = as_heads(batch, g)
-    return from_heads(batch, *DeltaRule.apply(*inputs, chunk_size, gates))
+    *inputs, gates = as_heads(batch, q, k, v, beta, initial_state, g)
+    return from_heads(batch, *apply(*inputs, chunk_size, gates))
