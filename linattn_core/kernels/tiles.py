@@ -66,15 +66,19 @@ GPU_LIMITS = {
 # --fit-registers`. (kernel, arch, dtype, d_k, d_v) → registers.
 REGISTER_BUDGETS = {
     ("delta_dqk", 90, "float32", 16, 32): 144,
+    ("delta_dqk", 90, "float32", 32, 32): 144,
     ("delta_dqk", 90, "float32", 64, 32): 144,
     ("delta_dqk", 90, "float32", 128, 32): 144,
     ("delta_prepare", 80, "bfloat16", 16, 32): 208,
     ("delta_prepare", 80, "bfloat16", 16, 64): 200,
     ("delta_prepare", 80, "bfloat16", 16, 128): 200,
-    ("delta_prepare", 89, "bfloat16", 16, 64): 200,
-    ("delta_prepare", 89, "bfloat16", 16, 128): 200,
+    ("delta_prepare", 89, "bfloat16", 16, 64): 208,
+    ("delta_prepare", 89, "bfloat16", 16, 128): 208,
     ("delta_prepare", 89, "float32", 128, 16): 104,
+    ("delta_prepare", 90, "bfloat16", 16, 32): 240,
     ("delta_prepare", 90, "float32", 16, 32): 104,
+    ("delta_prepare", 90, "float32", 16, 64): 120,
+    ("delta_prepare", 90, "float32", 16, 128): 120,
     ("delta_states", 89, "bfloat16", 64, 64): 104,
     ("delta_states", 89, "float16", 64, 64): 96,
     ("delta_states", 89, "float32", 64, 16): 144,
@@ -119,13 +123,12 @@ REGISTER_BUDGETS = {
 
 # The gated delta rule's launches leave ptxas its own register count (the budgets above, fitted to
 # the kernels without gates, made 19 of the 39 budgeted gated configurations spill), but for the
-# configurations below, which spill without: the wy kernel on sm_90 in float32 from d_k = 64 and
-# d_v = 32 (128 registers and 8 spilled bytes; 136 and none with this budget: 3 programs a
-# multiprocessor instead of 4), and the backward walk on sm_89 in float32 at d_k = 128 with an
-# initial state (255 registers and 4 spilled bytes; none with one pipeline stage, which also
-# takes its shared memory from 68 to 16 KiB; 8 warps would hold 202 registers but one program a
-# multiprocessor); the prepare kernel in bfloat16 at d_k = 128, d_v = 64 on sm_89 and sm_90
-# (8 and 4 spilled bytes at 2 warps; at 4, 141-168 registers and none).
+# configurations below, which spill without (`compile --arch 80 89 90` found 14, each with an
+# initial state, 4 to 20 bytes): budgets, the smallest in steps of 8 under which none spills
+# (wy at d_v = 16 on sm_80 and sm_89: 176, 3 programs a multiprocessor become 2); the backward
+# walk on sm_89 in float32 at d_k = 128 in one stage (255 registers and 4 spilled bytes in two;
+# its shared memory from 68 to 16 KiB); the prepare kernel in bfloat16 at d_k = 128 on sm_90 (and
+# d_v = 64 on sm_89) at 4 warps (at 2: 255 registers and 4 to 20 spilled bytes).
 # (kernel, arch, dtype, d_k, d_v) → launch options that replace the tile's.
 GATED_OPTIONS = {
     **{
@@ -133,11 +136,18 @@ GATED_OPTIONS = {
         for d_k in (64, 128)
         for d_v in (32, 64, 128)
     },
+    **{("delta_wy", 89, "float32", 32, d_v): {"maxnreg": 136} for d_v in (64, 128)},
+    **{("delta_wy", 80, "float32", d_k, 16): {"maxnreg": 176} for d_k in (32, 64, 128)},
+    **{("delta_wy", arch, "float16", 16, 16): {"maxnreg": 176} for arch in (80, 89)},
+    **{("delta_output", 80, dtype, 16, 32): {"maxnreg": 104} for dtype in ("bfloat16", "float16")},
+    **{("delta_prepare", 80, "bfloat16", 32, d_v): {"maxnreg": 184} for d_v in (64, 128)},
+    **{("delta_prepare", arch, "bfloat16", 64, 64): {"maxnreg": 184} for arch in (80, 89)},
     **{
         ("delta_states_bwd", 89, "float32", 128, d_v): {"num_stages": 1}
         for d_v in (16, 32, 64, 128)
     },
-    **{("delta_prepare", arch, "bfloat16", 128, 64): {"num_warps": 4} for arch in (89, 90)},
+    ("delta_prepare", 89, "bfloat16", 128, 64): {"num_warps": 4},
+    **{("delta_prepare", 90, "bfloat16", 128, d_v): {"num_warps": 4} for d_v in (16, 64)},
 }
 
 
