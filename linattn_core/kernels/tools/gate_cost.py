@@ -106,7 +106,7 @@ def gated_prediction(report):
     ...          "dtype": "bfloat16", "median_ms": t} for m, t in ((OURS, 0.2), (FLA, 0.7))]
     >>> row, = gated_prediction({"rows": rows, "roofline": {"copy_gbps": 4000.0}})
     >>> row["gate_bytes"], round(row["gate_ms"], 5), round(row["speedup_at_least"], 3)
-    (131072, 3e-05, 3.499)
+    (196608, 5e-05, 3.499)
     """
     bandwidth = report["roofline"]["copy_gbps"] * 1e9
     timed = {}
