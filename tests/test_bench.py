@@ -130,6 +130,28 @@ def test_loglog_panel_reports_the_slope(exponent):
     plt.close(figure)
 
 
+def test_gpu_series_name_the_methods_the_benchmark_writes():
+    """Each op's ours and FLA series are the method names `bench.gpu` writes rows under, and a
+    report without gated rows (the H200's of 2026-11-27) keeps its two rows of panels."""
+    import json
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from linattn_core.bench.gpu import FLA, OURS
+    from linattn_core.bench.plot import GPU_SERIES, plot_gpu_comparison
+
+    for op, series in GPU_SERIES.items():
+        assert dict(series)["ours"] == OURS[op] and dict(series)["FLA"] == FLA[op]
+    report = Path(__file__).parents[1] / "figures/gpu/h200-2026-11-27-505baa4/gpu_check.json"
+    figure = plot_gpu_comparison(json.loads(report.read_text())["rows"])
+    assert [axis.get_title() for axis in figure.axes[::2]] == [
+        "linear attention, fwd",
+        "delta rule, fwd",
+    ]
+    plt.close(figure)
+
+
 def test_guard_adds_its_margin_and_checks_the_time():
     from linattn_core.bench.memory import SAFETY, skip_reason
 

@@ -1,5 +1,6 @@
 """The one plotter: time and memory against N on log-log axes, with fitted slopes."""
 
+import itertools
 import json
 
 from linattn_core.bench.timing import loglog_slope
@@ -108,45 +109,57 @@ def loglog_panel(axis, series, *, xlabel, ylabel, guides=(1, 2), up_to=None):
 GPU_SERIES = {  # op -> (label, method or "sdpa" for the fastest pinned SDPA backend)
     "linear": (("ours", "linear_triton"), ("FLA", "fla_chunk_linear_attn"), ("SDPA", "sdpa")),
     "delta": (("ours", "delta_triton"), ("FLA", "fla_chunk_delta_rule")),
+    "gated": (("ours", "gated_triton"), ("FLA", "fla_chunk_gated_delta_rule")),
 }
+GPU_OPS = {"linear": "linear attention", "delta": "delta rule", "gated": "gated delta rule"}
 
 
 def plot_gpu_comparison(rows, *, key="median_ms", axes=None, title=None):
-    """A GPU comparison (`gpu.gpu_benchmark` or `gpu_check` rows, one shape sweep per op) on
-    four log-log panels: linear attention and the delta rule, forward and forward+backward, ours
+    """A GPU comparison (`gpu.gpu_benchmark` or `gpu_check` rows, one shape sweep per op and
+    head dimension d) on log-log panels, a row of two (forward, forward+backward) for each op of
+    `GPU_SERIES` that has rows — linear attention, the delta rule, the gated delta rule — ours
     against FLA's and SDPA's fastest backend, `key` "median_ms" or "peak_bytes" (in MB) against
-    N; return the figure.
+    N, a line per d where an op was timed at several; return the figure.
 
-    >>> rows = [{"op": "linear", "method": m, "mode": mode, "N": n, "median_ms": n / s,
-    ...          "peak_bytes": n} for m, s in (("linear_triton", 2e3), ("sdpa_flash", 1e3))
-    ...         for mode in ("fwd", "fwd+bwd") for n in (1024, 2048)]
+    >>> rows = [{"op": op, "method": m, "mode": mode, "N": n, "d": d, "median_ms": n / s,
+    ...          "peak_bytes": n} for op, m, s, ds in (("linear", "linear_triton", 2e3, [64]),
+    ...                                                 ("linear", "sdpa_flash", 1e3, [64]),
+    ...                                                 ("gated", "gated_triton", 1e3, [64, 128]))
+    ...         for mode in ("fwd", "fwd+bwd") for n in (1024, 2048) for d in ds]
     >>> figure = plot_gpu_comparison(rows)
+    >>> [axis.get_title() for axis in figure.axes[::2]]
+    ['linear attention, fwd', 'gated delta rule, fwd']
     >>> figure.axes[0].get_legend_handles_labels()[1][:2]
     ['ours (slope 1.00)', 'SDPA (slope 1.00)']
+    >>> figure.axes[2].get_legend_handles_labels()[1][:2]
+    ['ours, d = 64 (slope 1.00)', 'ours, d = 128 (slope 1.00)']
     """
     import matplotlib.pyplot as plt
 
+    ops = [op for op in GPU_SERIES if any(r.get("op", "linear") == op for r in rows)]
     if axes is None:
-        figure, axes = plt.subplots(2, 2, figsize=(9, 7), layout="constrained")
+        _, axes = plt.subplots(len(ops), 2, figsize=(9, 3.5 * len(ops)), layout="constrained")
+        axes = axes.reshape(len(ops), 2)
     figure = axes[0][0].figure
     scale, unit = (1, "ms") if key == "median_ms" else (2**-20, "MB")
-    for row_axes, op in zip(axes, ("linear", "delta"), strict=True):
+    for row_axes, op in zip(axes, ops, strict=True):
+        dims = sorted({r.get("d") or 0 for r in rows if r.get("op", "linear") == op})
         for axis, mode in zip(row_axes, ("fwd", "fwd+bwd"), strict=True):
             series = {}
-            for label, method in GPU_SERIES[op]:
+            for (label, method), d in itertools.product(GPU_SERIES[op], dims):
                 points = {}
                 for r in rows:
-                    if r.get("op", "linear") != op or r["mode"] != mode or not r.get(key):
+                    if (r.get("op", "linear"), r["mode"], r.get("d") or 0) != (op, mode, d):
                         continue
                     name = "sdpa" if r["method"].startswith("sdpa_") else r["method"]
-                    if name == method:
+                    if name == method and r.get(key):
                         value = scale * r[key]
                         points[r["N"]] = min(points.get(r["N"], value), value)
                 if points:
-                    series[label] = (list(points), list(points.values()))
-            what = "linear attention" if op == "linear" else "delta rule"
+                    named = label if len(dims) == 1 else f"{label}, d = {d}"
+                    series[named] = (list(points), list(points.values()))
             loglog_panel(axis, series, xlabel="sequence length N", ylabel=f"{unit}, {mode}")
-            axis.set_title(f"{what}, {mode}", fontsize="medium")
+            axis.set_title(f"{GPU_OPS[op]}, {mode}", fontsize="medium")
     if title:
         figure.suptitle(title)
     return figure
