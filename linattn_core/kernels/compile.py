@@ -347,11 +347,13 @@ def identity(record):
 
 
 def sample(work):
-    """The pairs of `work` (from `launched`) that `check_report` compiles anew."""
+    """The pairs of `work` (from `launched`) that `check_report` compiles anew: each kernel of
+    each operation once per architecture (the delta rule's kernels twice, with and without
+    gates: two binaries)."""
     first = {}
     for record, launch in work:
         if record["dtype"] == SAMPLE_DTYPE and (record["d"], record["d_v"]) == SAMPLE_DIMS:
-            first.setdefault((record["arch"], record["kernel"]), (record, launch))
+            first.setdefault((record["arch"], record["op"], record["kernel"]), (record, launch))
     return list(first.values())
 
 
@@ -633,8 +635,8 @@ def main(argv=None):
         sampled = (
             ""
             if arguments.no_sample
-            else f"; the sample (each kernel on each architecture, {SAMPLE_DTYPE}, d = d_v = "
-            f"{SAMPLE_DIMS[0]}) compiled anew equals its records"
+            else "; the sample (each kernel of each operation on each architecture, "
+            f"{SAMPLE_DTYPE}, d = d_v = {SAMPLE_DIMS[0]}) compiled anew equals its records"
         )
         print("\n".join(problems) or f"{arguments.check}: every record current{sampled}")
         return 1 if problems else 0
