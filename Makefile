@@ -220,7 +220,7 @@ browser: venv
 # The compile check of `make test`: fails when a record of the committed compile report
 # (figures/kernels_compiled.json, `make kernels-report`) is missing or stale for this checkout's
 # kernels, tiles and Triton, then compiles each kernel once per architecture cold (bfloat16, the
-# widest tiles) and fails unless the results equal the committed records. A few minutes.
+# widest tiles) and fails unless the results equal the committed records. About a minute.
 gpu-compile: venv
 	$(PY) -m linattn_core.kernels.compile --check figures/kernels_compiled.json
 

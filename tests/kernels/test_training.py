@@ -63,10 +63,10 @@ def test_opcheck_passes_on_the_linear_attention_operators(dtype, normalize, stat
 
 @pytest.mark.interpreter
 @pytest.mark.slow
-@pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("state", [True, False])
+@pytest.mark.parametrize("state, gated", [(False, False), (True, True)])
 def test_opcheck_passes_on_the_delta_rule_operators(state, gated):
-    """The ungated rule (g = None: dg absent) and the gated one (dg in g's dtype)."""
+    """The ungated rule without S_0 (dg and ∂L/∂S_0 absent) and the gated one with S_0 (dg in
+    g's dtype, and ∂L/∂S_0)."""
     _, args = delta_args(torch.float32, state=state, gated=gated)
     torch.library.opcheck(ops.delta_rule_forward, args)
     q, k, v, beta, s0, chunk, g = (x.detach() if isinstance(x, torch.Tensor) else x for x in args)
