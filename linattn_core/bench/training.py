@@ -3,13 +3,14 @@ from a CUDA graph, and compiled by `torch.compile(fullgraph=True)` (`make gpu-ch
 `training_step` rows).
 
 A row is `{"op", "N", "B", "H", "d", "method", "mode", "ms", "error"}`: op "linear_attention"
-(ours unnormalized, as FLA's `chunk_linear_attn`), "delta_rule" or "softmax" (SDPA, causal, the
-baseline); method "ours", "fla" or "sdpa"; mode "eager", "graph" (the step captured once in a
-`torch.cuda.CUDAGraph`, then replayed; its gradients must equal the eager step's) or "compiled"
-(the forward pass and the loss compiled, the backward pass by AOTAutograd); ms the median time
-of a step, with steps queued back to back as in a training loop, so that a step bound by the
-host shows the host's time; error None, or why the row has no time ("skipped: …" when it did
-not run).
+(ours unnormalized, as FLA's `chunk_linear_attn`), "delta_rule", "gated_delta_rule" (log-gates
+uniform in [−0.5, 0), as the gated chapter draws them; FLA's `chunk_gated_delta_rule`) or
+"softmax" (SDPA, causal, the baseline); method "ours", "fla" or "sdpa"; mode "eager", "graph"
+(the step captured once in a `torch.cuda.CUDAGraph`, then replayed; its gradients must equal the
+eager step's) or "compiled" (the forward pass and the loss compiled, the backward pass by
+AOTAutograd); ms the median time of a step, with steps queued back to back as in a training
+loop, so that a step bound by the host shows the host's time; error None, or why the row has no
+time ("skipped: …" when it did not run).
 """
 
 import inspect
@@ -21,10 +22,17 @@ import torch.nn.functional as F
 from linattn_core.attention import linear_attention
 from linattn_core.bench.gpu import make_inputs
 from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule
 
-OPS = ("linear_attention", "delta_rule", "softmax")
-METHODS = {"linear_attention": ("ours", "fla"), "delta_rule": ("ours", "fla"), "softmax": ("sdpa",)}
+OPS = ("linear_attention", "delta_rule", "gated_delta_rule", "softmax")
+METHODS = {op: ("ours", "fla") for op in OPS[:3]} | {"softmax": ("sdpa",)}
 MODES = ("eager", "graph", "compiled")
+INPUTS = {"linear_attention": "linear", "delta_rule": "delta", "gated_delta_rule": "gated"}
+FLA = {  # op: (module of fla.ops, function)
+    "linear_attention": ("linear_attn", "chunk_linear_attn"),
+    "delta_rule": ("delta_rule", "chunk_delta_rule"),
+    "gated_delta_rule": ("gated_delta_rule", "chunk_gated_delta_rule"),
+}
 
 
 def forward_of(op, method):
@@ -35,11 +43,11 @@ def forward_of(op, method):
     if method == "ours" and op == "linear_attention":
         options = {"causal": True, "normalize": False, "method": "triton"}
         return (lambda q, k, v: linear_attention(q, k, v, **options)), "heads"
-    if method == "ours":
+    if method == "ours" and op == "delta_rule":
         return (lambda q, k, v, beta: delta_rule(q, k, v, beta, method="triton")[0]), "heads"
-    module, name = ("linear_attn", "chunk_linear_attn")
-    if op == "delta_rule":
-        module, name = ("delta_rule", "chunk_delta_rule")
+    if method == "ours":
+        return (lambda *leaves: gated_delta_rule(*leaves, method="triton")[0]), "heads"
+    module, name = FLA[op]
     try:
         fla = getattr(__import__(f"fla.ops.{module}", fromlist=[name]), name)
     except ImportError:
@@ -49,6 +57,8 @@ def forward_of(op, method):
     options = {"scale": 1.0} | ({"normalize": False} if op == "linear_attention" else {})
     if "head_first" in inspect.signature(fla).parameters:
         options["head_first"] = False
+    if op == "gated_delta_rule":  # FLA takes (q, k, v, g, β)
+        return (lambda q, k, v, beta, g: fla(q, k, v, g, beta, **options)[0]), "fla"
     return (lambda *leaves: fla(*leaves, **options)[0]), "fla"
 
 
@@ -107,7 +117,7 @@ def training_row(op, method, mode, shape, dtype, device, *, steps=20, rounds=5, 
     if isinstance(made, str):
         return row | {"error": made}
     forward, layout = made
-    inputs = make_inputs("delta" if op == "delta_rule" else "linear", shape, dtype, device)
+    inputs = make_inputs(INPUTS.get(op, "linear"), shape, dtype, device)
     if layout == "fla":
         inputs = tuple(x.transpose(1, 2).contiguous() for x in inputs)
     leaves = tuple(x.requires_grad_() for x in inputs)

@@ -9,7 +9,14 @@ import torch
 pytest.importorskip("triton")
 
 from linattn_core import linear_attention
-from linattn_core.bench.training import METHODS, MODES, OPS, training_row, training_step
+from linattn_core.bench.training import (
+    METHODS,
+    MODES,
+    OPS,
+    forward_of,
+    training_row,
+    training_step,
+)
 from linattn_core.delta import delta_rule
 from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels import ops
@@ -198,3 +205,44 @@ def test_a_training_step_row_times_ours_on_the_cpu(mode):
         assert row["ms"] is None and row["error"].startswith("skipped: no CUDA")
     else:
         assert row["error"] is None and row["ms"] > 0
+
+
+@pytest.mark.interpreter
+@pytest.mark.slow
+def test_a_gated_delta_rule_row_times_ours_on_the_cpu():
+    """The gated delta rule's step through the kernels, the log-gates a leaf (dg computed too);
+    FLA's row says why it did not run where fla is absent."""
+    shape = {"N": 40, "B": 1, "H": 1, "d": 16}
+    cpu = torch.device("cpu")
+    options = {"steps": 1, "rounds": 1}
+    row = training_row("gated_delta_rule", "ours", "eager", shape, torch.float16, cpu, **options)
+    assert set(row) == ROW_KEYS and row["error"] is None and row["ms"] > 0
+    fla = training_row("gated_delta_rule", "fla", "eager", shape, torch.float16, cpu, **options)
+    assert fla["ms"] is None and fla["error"]
+
+
+def test_flas_gated_delta_rule_gets_its_arguments_in_its_order(monkeypatch):
+    """FLA's chunk_gated_delta_rule takes (q, k, v, g, β), ours (q, k, v, β, g): the row hands
+    it our leaves in its order, q unscaled, and takes the output from what it returns."""
+    import sys
+    import types
+
+    calls = []
+
+    def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, head_first=False):
+        calls.append(((q, k, v, g, beta), scale, head_first))
+        return v * (g + beta)[..., None], None
+
+    module = types.ModuleType("fla.ops.gated_delta_rule")
+    module.chunk_gated_delta_rule = chunk_gated_delta_rule
+    for name in ("fla", "fla.ops"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "fla.ops.gated_delta_rule", module)
+    forward, layout = forward_of("gated_delta_rule", "fla")
+    q, k, v, beta, g = (torch.rand(1, 5, 2, 4) for _ in range(5))
+    beta, g = beta[..., 0], g[..., 0]
+    out = forward(q, k, v, beta, g)
+    assert layout == "fla" and torch.equal(out, v * (g + beta)[..., None])
+    (args, scale, head_first), *_ = calls
+    assert all(a is b for a, b in zip(args, (q, k, v, g, beta), strict=True))
+    assert scale == 1.0 and head_first is False
