@@ -411,3 +411,50 @@ def touched_buffer_growth():
         return float(buffer[-1])
 
     return resident_peak_growth(touch)
+
+
+def test_addressing_rows_pass_2_31_elements_and_compare_the_tokens_past_it():
+    """B·H·N·d just past 2³¹ with each head far below; the compared tokens of the last head are
+    exactly those whose elements lie past 2³¹ (a toy run compares its last TAIL tokens)."""
+    from linattn_core.bench.addressing import LIMIT, TAIL, addressing_shape, compared_tokens
+
+    shape = addressing_shape(dry=False)
+    heads, n, d = shape["B"] * shape["H"], shape["N"], shape["d"]
+    assert heads * n * d > LIMIT > n * d
+    tokens = compared_tokens(shape)
+    assert tokens.stop == n and tokens.stop - tokens.start == 1024
+    assert ((heads - 1) * n + tokens.start) * d == LIMIT  # the first element past 2³¹ - 1
+    toy = addressing_shape(dry=True)
+    assert compared_tokens(toy) == slice(max(0, toy["N"] - TAIL), toy["N"])
+
+
+@pytest.mark.slow  # alone, its first autograd.grad imports torch's symbolic shapes: seconds
+def test_an_addressing_row_fails_where_the_last_head_differs_alone(monkeypatch):
+    """A stand-in for the kernels that corrupts the tokens past 2³¹ when the heads pass it fails
+    the row, the same stand-in without the corruption passes, and an exception is the row's
+    error."""
+    from linattn_core.bench import addressing
+
+    def stand_in(corrupt):
+        def outputs(op, inputs):
+            q, k, v, beta = inputs
+            o = q * k + v * beta[..., None]
+            if corrupt and q.shape[1] > 1:  # all the heads: the last one's tail is wrong
+                o = o.clone()
+                o[-1, -1, -3:] = 0
+            return o, q.mT @ v
+
+        return outputs
+
+    shape = {"B": 1, "H": 3, "N": 100, "d": 4}
+    cpu = torch.device("cpu")
+    for corrupt in (False, True):
+        monkeypatch.setattr(addressing, "outputs", stand_in(corrupt))
+        row = addressing.addressing_row("delta", shape, torch.float32, cpu)
+        assert row["passed"] is not corrupt and row["error"] is None
+        assert set(row) == {"op", "B", "H", "N", "d", "elements", "max_relative_error", "passed",
+                            "seconds", "error"}  # fmt: skip
+    monkeypatch.setattr(addressing, "make_inputs", lambda *args: 1 / 0)
+    row = addressing.addressing_row("delta", shape, torch.float32, cpu)
+    assert not row["passed"] and row["error"].startswith("ZeroDivisionError")
+    assert addressing.addressing_line(row).startswith("FAIL")

@@ -12,21 +12,23 @@ environment, no internet: run it from a copy of the repository (`PYTHONPATH=.`).
    rule) against float64 on the GPU, each kernel in each dtype at least once — ragged N, d 64
    and 128, the output and every gradient (dg included), the delta rules with and without an
    initial state — against `KERNEL_RTOL`;
-3. host: where the host's time goes in a pass at N = 1024 (`bench.host`);
-4. training_step: one training step (forward, loss, backward) of each operation, ours, FLA's
+3. addressing: each operation forward and backward in bfloat16 past 2³¹ elements (B·H = 16,
+   d = 128, N = 2²⁰ + 64), its last head against the same call on that head alone
+   (`bench.addressing`);
+4. host: where the host's time goes in a pass at N = 1024 (`bench.host`);
+5. training_step: one training step (forward, loss, backward) of each operation, ours, FLA's
    and SDPA's, eager, replayed from a CUDA graph and compiled by torch.compile, N = 1k and 4k,
    B·H = 16 and the training shapes B = 8, H = 16, d = 64 and 128 (`bench.training`; within
    TRAINING_SECONDS, compiled at N = 1k only);
-5. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
+6. benchmark: ours, FLA's and SDPA's (flash and cuDNN backends), forward and forward+backward,
    bfloat16, B·H = 16, d = 64, N = 1k…64k, each operation, the gated delta rule (against FLA's
    `chunk_gated_delta_rule`) also at d = 128 (`gpu.gpu_benchmark`);
-6. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
+7. with --notebooks: executes chapters/10_scaling.ipynb top to bottom on the GPU (nbclient;
    its Python packages can be carried as wheels, see README) into DIR.
 
-It writes DIR/gpu_check.json — provenance, the checks, the host's costs, the training steps, the
-benchmark's rows
-and roofline, the seconds each step took — and prints the checks and a table; it exits with 1
-when a check fails.
+It writes DIR/gpu_check.json — provenance, the checks, the addressing rows, the host's costs, the
+training steps, the benchmark's rows and roofline, the seconds each step took — and prints the
+checks and a table; it exits with 1 when a check or an addressing row fails.
 --dry runs the same code on the CPU through the Triton interpreter at toy sizes: a test of the
 command (part of `make test`), whose numbers mean nothing.
 """
@@ -346,6 +348,7 @@ def main(argv=None):
         os.execve(sys.executable, command, os.environ | {"TRITON_INTERPRET": "1"})
     import torch
 
+    from linattn_core.bench.addressing import addressing, addressing_line
     from linattn_core.bench.gpu import gpu_benchmark
     from linattn_core.bench.host import host_costs, host_line
     from linattn_core.bench.training import training_line, training_step
@@ -355,6 +358,7 @@ def main(argv=None):
         parser.exit(2, "gpu_check: needs a CUDA device (or --dry, which runs on the CPU)\n")
     device = torch.device("cpu" if arguments.dry else "cuda")
     cases = DRY_CHECKS if arguments.dry else CHECKS
+    dtype = torch.float16 if arguments.dry else torch.bfloat16  # the interpreter's: triton#11584
     arguments.out.mkdir(parents=True, exist_ok=True)
     seconds = {}
     report = {"provenance": provenance(device) | {"project_commit": project_commit()}}
@@ -377,6 +381,12 @@ def main(argv=None):
     for check in report["checks"]:
         print(check_line(check), flush=True)
     start = time.perf_counter()
+    report["addressing"] = addressing(dtype, device, dry=arguments.dry)
+    seconds["addressing"] = time.perf_counter() - start
+    save()
+    for row in report["addressing"]:
+        print(addressing_line(row), flush=True)
+    start = time.perf_counter()
     toy = {"n": 64, "heads": 2, "d": 16, "dtype": torch.float16, "calls": 2, "warmup": 1}
     report["host"] = host_costs(device, **(toy if arguments.dry else {}))
     seconds["host"] = time.perf_counter() - start
@@ -388,14 +398,12 @@ def main(argv=None):
     if arguments.dry:  # one step a row; compiled by AOTAutograd without code generation (cheap)
         training |= {"seconds": 600, "steps": 1, "rounds": 1, "backend": "aot_eager"}
     report["training_step"] = training_step(
-        shapes, torch.float16 if arguments.dry else torch.bfloat16, device,
-        compiled_shapes=compiled_shapes, **training,
-    )  # fmt: skip
+        shapes, dtype, device, compiled_shapes=compiled_shapes, **training
+    )
     seconds["training_step"] = time.perf_counter() - start
     save()
     for row in report["training_step"]:
         print(training_line(row), flush=True)
-    dtype = torch.float16 if arguments.dry else torch.bfloat16
     report["rows"] = []
     for op in ("linear", "delta", "gated"):  # saved after each: a run cut short keeps the rest
         start = time.perf_counter()
@@ -413,7 +421,8 @@ def main(argv=None):
     print(f"steps (s): {json.dumps({k: round(v, 1) for k, v in seconds.items()})}; wrote {path}")
     if arguments.notebooks and report["notebook"]["error"]:
         print(f"the notebook failed: {report['notebook']['error']}")
-    return 0 if all(check["passed"] for check in report["checks"]) else 1
+    passed = [check["passed"] for check in report["checks"] + report["addressing"]]
+    return 0 if all(passed) else 1
 
 
 if __name__ == "__main__":

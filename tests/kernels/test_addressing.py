@@ -1,0 +1,218 @@
+"""64-bit addressing: the kernels stay right when B·H·N·d passes 2³¹ elements, proven in the
+Triton interpreter without allocating a gigabyte.
+
+flash-linear-attention's kernels corrupted results silently there (its issue #1080): an offset
+`i_bh * N * K` computed in int32 wraps. Ours cast the head's program id `i_bh` to int64 first.
+The proof: run a small problem with every head's program id moved up by FAR (about 2³¹) and
+every tensor's base pointer moved down by FAR heads' worth of bytes (`far_heads`). The
+interpreter computes each offset with numpy integers of Triton's types, so an offset in int64
+is FAR·(the tensor's elements a head) + the true offset, and its address lands on the true
+element; an offset in int32 passes 2³¹ (FAR·s ≥ 2³¹ for a stride s ≥ 2 elements a head) and
+wraps, and its address misses the buffer by a multiple of 2³² elements. The far run must equal
+the plain run bit for bit, outputs, final states and every gradient (and the poisoned
+allocations would show a missed store as NaN). Offsets within a head (chunk index × C × K, the
+per-chunk states, A) are each added to an int64 head offset before they are scaled, so they
+are int64 too; their int32 parts stay below N·C. `test_an_int32_head_offset_is_caught` checks
+that the test fails on a copy of the delta rule's forward kernels without the casts.
+"""
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from linattn_core.delta import delta_rule
+from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
+from linattn_core.kernels import triton_linear_attention
+from linattn_core.kernels.linear_attention import backward, forward
+from linattn_core.testing import random_qkv, values_and_gradients
+
+ROOT = Path(__file__).resolve().parents[2]
+FAR = 2**31 - 2**10  # the first head's program id in a far run: FAR + i_bh stays an int32
+BATCH, HEADS = 1, 2  # the heads `(B, H)` of the runs: every tensor the kernels take has them
+
+
+def head_stride(x, batch, heads):
+    """Elements between two heads of `x`: the stride of its H dimension, the one after B in the
+    kernels' layouts `(B, H, …)` and `(shares, B, H, …)`."""
+    for dim in range(1, x.dim()):
+        if x.shape[dim - 1 : dim + 1] == (batch, heads):
+            return x.stride(dim)
+    raise AssertionError(f"head_stride: no (B, H) = ({batch}, {heads}) in shape {tuple(x.shape)}")
+
+
+@contextlib.contextmanager
+def far_heads(batch=BATCH, heads=HEADS, far=FAR):
+    """Run every kernel launched inside with the heads' program id (the grid's last axis, B·H
+    programs) moved up by `far`, and each tensor argument's base pointer moved down by `far`
+    times its head stride, in bytes: a kernel whose offsets are exact reads and writes the same
+    elements as without (the interpreter's pointers are uint64 and wrap)."""
+    from triton.runtime import interpreter
+
+    launch = {"axis": None}
+    program_id = interpreter.InterpreterBuilder.create_get_program_id
+    convert = interpreter._implicit_cvt
+    call = interpreter.GridExecutor.__call__
+
+    def far_program_id(self, axis):
+        handle = program_id(self, axis)
+        if axis == launch["axis"]:
+            return interpreter.TensorHandle(handle.data + np.int32(far), handle.dtype)
+        return handle
+
+    def moved_pointer(arg):
+        converted = convert(arg)
+        if isinstance(arg, torch.Tensor):
+            shift = far * head_stride(arg, batch, heads) * arg.element_size()
+            address = (int(converted.handle.data[0]) - shift) % 2**64
+            converted.handle.data = np.array([address], dtype=np.uint64)
+        return converted
+
+    def far_launch(self, *args, **kwargs):
+        assert isinstance(self.grid, tuple) and self.grid[-1] == batch * heads, self.grid
+        launch["axis"] = len(self.grid) - 1
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            launch["axis"] = None
+
+    patches = [
+        (interpreter.InterpreterBuilder, "create_get_program_id", far_program_id),
+        (interpreter, "_implicit_cvt", moved_pointer),
+        (interpreter.GridExecutor, "__call__", far_launch),
+    ]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, patched in patches:
+            setattr(owner, name, patched)
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def near_and_far(fn, inputs):
+    """`fn`'s outputs and every input's gradient (seeded output gradients), in a plain run and a
+    far run (`far_heads`)."""
+    out = fn(*inputs)
+    generator = torch.Generator().manual_seed(3)
+    flat = out if isinstance(out, tuple) else (out,)
+    grads = tuple(torch.randn(x.shape, generator=generator).to(x) for x in flat)
+    near = values_and_gradients(fn, inputs, grads)
+    with far_heads():
+        far = values_and_gradients(fn, inputs, grads)
+    return near, far
+
+
+def assert_same_bits(near, far):
+    """Every far tensor equals its plain twin bit for bit (and is finite: no unwritten NaN)."""
+    for i, (a, b) in enumerate(zip(near, far, strict=True)):
+        assert a.isfinite().all(), f"plain run, tensor {i}"
+        assert torch.equal(a, b), f"tensor {i} differs in the far run"
+
+
+def linear_attention_inputs(normalize, d):
+    """φ(q), φ(k), v `(1, 2, 40, d)` float32 (two chunks of 32, the second ragged) and an
+    initial state (S_0, z_0) (z_0 only when normalized)."""
+    q, k, v = random_qkv(BATCH, HEADS, n=40, d=d, dtype=torch.float32, positive=normalize, seed=7)
+    generator = torch.Generator().manual_seed(8)
+    s0 = torch.rand(BATCH, HEADS, d, d, generator=generator)
+    z0 = torch.rand(BATCH, HEADS, d, generator=generator)
+    return (q, k, v, s0, z0) if normalize else (q, k, v, s0)
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+@pytest.mark.parametrize("walk", ["one walk", "segments"])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_linear_attention_addresses_are_64_bit(monkeypatch, normalize, walk):
+    """Both walks (one segment; segments of one chunk, with their sums and prefix sums), d = 32
+    in float32: two feature tiles, whose shares `(2, B, H, N, V)` the kernels write."""
+    if walk == "segments":
+        for module in (forward, backward):
+            monkeypatch.setattr(module, "segment_length", lambda *args: 1)
+
+    def attention(q, k, v, s0, z0=None):
+        options = {"causal": True, "normalize": normalize, "output_final_state": True}
+        o, (s_n, z_n) = triton_linear_attention(q, k, v, initial_state=(s0, z0), **options)
+        return (o, s_n, z_n) if normalize else (o, s_n)
+
+    assert_same_bits(*near_and_far(attention, linear_attention_inputs(normalize, 32)))
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_rule_addresses_are_64_bit(gated):
+    """The delta rule and the gated delta rule from an initial state, forward and backward (the
+    seven kernels, with A, the per-chunk states `(B, H, NT, K, V)` and dg's shares), d_k = 32,
+    d_v = 16 in float32, two chunks of 32 tokens, the second ragged."""
+    q, k, v, beta, g, s0 = gated_deltanet_inputs(
+        BATCH, HEADS, n=40, d_k=32, d_v=16, gate=(-1, 0), dtype=torch.float32
+    )
+    if gated:
+        inputs = (q, k, v, beta, g, s0)
+
+        def rule(q, k, v, beta, g, s0):
+            return gated_delta_rule(q, k, v, beta, g, method="triton", initial_state=s0)
+    else:
+        inputs = (q, k, v, beta, s0)
+
+        def rule(q, k, v, beta, s0):
+            return delta_rule(q, k, v, beta, method="triton", initial_state=s0)
+
+    assert_same_bits(*near_and_far(rule, inputs))
+
+
+INT32_CHILD = """
+    import importlib.util, sys
+    import torch
+    from linattn_core.delta import deltanet_inputs, delta_rule
+    from linattn_core.kernels.delta_rule import forward
+    from tests.kernels.test_addressing import far_heads
+
+    source = open(forward.__file__).read()
+    assert source.count(".to(tl.int64)") >= 3
+    path = sys.argv[1]
+    open(path, "w").write(source.replace(".to(tl.int64)", ""))
+    spec = importlib.util.spec_from_file_location("int32_forward", path)
+    int32 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(int32)
+    for name in ("delta_prepare_kernel", "delta_states_kernel", "delta_output_kernel"):
+        setattr(forward, name, getattr(int32, name))
+    q, k, v, beta, s0 = deltanet_inputs(1, 2, n=40, d_k=32, d_v=16, dtype=torch.float32)
+    near = delta_rule(q, k, v, beta, method="triton", initial_state=s0)
+    print("plain run done", flush=True)
+    with far_heads():
+        far = delta_rule(q, k, v, beta, method="triton", initial_state=s0)
+    print("same" if all(torch.equal(a, b) for a, b in zip(near, far)) else "differs")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+def test_an_int32_head_offset_is_caught(tmp_path):
+    """The forward kernels of the delta rule with `i_bh` left int32: the far run reads and writes
+    2³²·k elements off its buffers, and crashes (an unmapped address) or differs. In a process of
+    its own, which may die of it; the plain run first shows that the copy itself runs."""
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(INT32_CHILD), str(tmp_path / "int32_forward.py")],
+        cwd=ROOT,
+        env=os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "plain run done" in child.stdout, child.stderr
+    assert child.returncode != 0 or "differs" in child.stdout, (child.stdout, child.stderr)
+    assert "same" not in child.stdout
