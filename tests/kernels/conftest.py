@@ -57,3 +57,18 @@ def arch(request, monkeypatch):
     for module in (linear_attention, delta_rule):
         monkeypatch.setattr(module, "device_arch", lambda device: request.param)
     return request.param
+
+
+@pytest.fixture
+def fresh_plans():
+    """Linear attention's launch plans (`per_shape` caches) emptied before and after the test: a
+    test that patches `segment_length` must not get a plan made before the patch (its one walk
+    would run instead of the segments), nor leave its segments to the tests after."""
+    from linattn_core.kernels.linear_attention import backward, forward
+
+    plans = (forward.forward_plan, backward.backward_plan)
+    for plan in plans:
+        plan.cache_clear()
+    yield
+    for plan in plans:
+        plan.cache_clear()

@@ -5,15 +5,19 @@ flash-linear-attention's kernels corrupted results silently there (its issue #10
 `i_bh * N * K` computed in int32 wraps. Ours cast the head's program id `i_bh` to int64 first.
 The proof: run a small problem with every head's program id moved up by FAR (about 2³¹) and
 every tensor's base pointer moved down by FAR heads' worth of bytes (`far_heads`). The
-interpreter computes each offset with numpy integers of Triton's types, so an offset in int64
-is FAR·(the tensor's elements a head) + the true offset, and its address lands on the true
-element; an offset in int32 passes 2³¹ (FAR·s ≥ 2³¹ for a stride s ≥ 2 elements a head) and
-wraps, and its address misses the buffer by a multiple of 2³² elements. The far run must equal
-the plain run bit for bit, outputs, final states and every gradient (and the poisoned
-allocations would show a missed store as NaN). Offsets within a head (chunk index × C × K, the
-per-chunk states, A) are each added to an int64 head offset before they are scaled, so they
-are int64 too; their int32 parts stay below N·C. `test_an_int32_head_offset_is_caught` checks
-that the test fails on a copy of the delta rule's forward kernels without the casts.
+interpreter computes each offset with numpy integers of the types Triton's front end gives
+them, the types the compiled kernel computes in (int32 · int64 is int64 in both), so an offset
+in int64 is FAR·(the tensor's elements a head) + the true offset, and its address lands on the
+true element; an offset in int32 passes 2³¹ (FAR·s ≥ 2³¹ for a stride s ≥ 2 elements a head)
+and wraps, and its address misses the buffer by a multiple of 2³² elements. The far run must
+equal the plain run bit for bit, outputs, final states and every gradient (and the poisoned
+allocations would show a missed store as NaN). FAR is beyond what a GPU launches on the heads'
+axis (65535 programs on y and z): it need only make int32 arithmetic overflow. Offsets within a
+head (chunk index × C × K, the per-chunk states, A) are each added to an int64 head offset
+before they are scaled, so they are int64 too; their int32 parts are indices of tokens (below
+N + C), features, chunks and shares (a share's rows: tile index × B·H).
+`test_an_int32_head_offset_is_caught` checks that the test fails on a copy of the delta rule's
+forward kernels without the casts.
 """
 
 import contextlib
@@ -54,10 +58,11 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
     """Run every kernel launched inside with the heads' program id (the grid's last axis, B·H
     programs) moved up by `far`, and each tensor argument's base pointer moved down by `far`
     times its head stride, in bytes: a kernel whose offsets are exact reads and writes the same
-    elements as without (the interpreter's pointers are uint64 and wrap)."""
+    elements as without (the interpreter's pointers are uint64 and wrap). It yields the set of
+    the kernels' names launched inside."""
     from triton.runtime import interpreter
 
-    launch = {"axis": None}
+    launch, launched = {"axis": None}, set()
     program_id = interpreter.InterpreterBuilder.create_get_program_id
     convert = interpreter._implicit_cvt
     call = interpreter.GridExecutor.__call__
@@ -79,6 +84,7 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
     def far_launch(self, *args, **kwargs):
         assert isinstance(self.grid, tuple) and self.grid[-1] == batch * heads, self.grid
         launch["axis"] = len(self.grid) - 1
+        launched.add(self.fn.__name__)
         try:
             return call(self, *args, **kwargs)
         finally:
@@ -93,7 +99,7 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
     try:
         for owner, name, patched in patches:
             setattr(owner, name, patched)
-        yield
+        yield launched
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
@@ -101,22 +107,70 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
 
 def near_and_far(fn, inputs):
     """`fn`'s outputs and every input's gradient (seeded output gradients), in a plain run and a
-    far run (`far_heads`)."""
+    far run (`far_heads`), and the kernels the far run launched."""
     out = fn(*inputs)
     generator = torch.Generator().manual_seed(3)
     flat = out if isinstance(out, tuple) else (out,)
     grads = tuple(torch.randn(x.shape, generator=generator).to(x) for x in flat)
     near = values_and_gradients(fn, inputs, grads)
-    with far_heads():
+    with far_heads() as launched:
         far = values_and_gradients(fn, inputs, grads)
-    return near, far
+    return near, far, launched
 
 
-def assert_same_bits(near, far):
-    """Every far tensor equals its plain twin bit for bit (and is finite: no unwritten NaN)."""
+def assert_same_bits(near, far, launched, kernels):
+    """Every far tensor equals its plain twin bit for bit (and is finite: no unwritten NaN), and
+    the far run launched `kernels`."""
     for i, (a, b) in enumerate(zip(near, far, strict=True)):
         assert a.isfinite().all(), f"plain run, tensor {i}"
         assert torch.equal(a, b), f"tensor {i} differs in the far run"
+    assert launched == kernels
+
+
+# the kernels each run launches: together, every kernel of the package
+WALKS = {
+    "one walk": {"segment_output_kernel", "walk_bwd_kernel"},
+    "segments": {
+        "segment_sums_kernel",
+        "segment_output_kernel",
+        "segment_sums_bwd_kernel",
+        "segment_dq_kernel",
+        "segment_dk_kernel",
+        "segment_dv_kernel",
+    },
+}
+DELTA_KERNELS = {
+    "delta_prepare_kernel",
+    "delta_states_kernel",
+    "delta_output_kernel",
+    "delta_du_local_kernel",
+    "delta_states_bwd_kernel",
+    "delta_dqk_kernel",
+    "delta_wy_kernel",
+}
+
+
+def test_the_far_runs_cover_every_kernel():
+    """The runs below launch every kernel (a `@triton.jit` function with a `tile_rule`) of the
+    four kernel modules."""
+    from linattn_core.kernels.delta_rule import backward as delta_backward
+    from linattn_core.kernels.delta_rule import forward as delta_forward
+
+    modules = (forward, backward, delta_forward, delta_backward)
+    kernels = {
+        name for module in modules for name, x in vars(module).items() if hasattr(x, "tile_rule")
+    }
+    assert kernels == set().union(*WALKS.values(), DELTA_KERNELS)
+
+
+@pytest.fixture(params=["one walk", "segments"])
+def walk(request, monkeypatch, fresh_plans):
+    """Both ways through linear attention's kernels: one walk (a short sequence), and segments
+    of one chunk, each with plans of its own (`fresh_plans`)."""
+    if request.param == "segments":
+        for module in (forward, backward):
+            monkeypatch.setattr(module, "segment_length", lambda *args: 1)
+    return request.param
 
 
 def linear_attention_inputs(normalize, d):
@@ -132,21 +186,18 @@ def linear_attention_inputs(normalize, d):
 @pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
-@pytest.mark.parametrize("walk", ["one walk", "segments"])
 @pytest.mark.parametrize("normalize", [True, False])
-def test_linear_attention_addresses_are_64_bit(monkeypatch, normalize, walk):
+def test_linear_attention_addresses_are_64_bit(normalize, walk):
     """Both walks (one segment; segments of one chunk, with their sums and prefix sums), d = 32
     in float32: two feature tiles, whose shares `(2, B, H, N, V)` the kernels write."""
-    if walk == "segments":
-        for module in (forward, backward):
-            monkeypatch.setattr(module, "segment_length", lambda *args: 1)
 
     def attention(q, k, v, s0, z0=None):
         options = {"causal": True, "normalize": normalize, "output_final_state": True}
         o, (s_n, z_n) = triton_linear_attention(q, k, v, initial_state=(s0, z0), **options)
         return (o, s_n, z_n) if normalize else (o, s_n)
 
-    assert_same_bits(*near_and_far(attention, linear_attention_inputs(normalize, 32)))
+    inputs = linear_attention_inputs(normalize, 32)
+    assert_same_bits(*near_and_far(attention, inputs), WALKS[walk])
 
 
 @pytest.mark.slow
@@ -171,7 +222,7 @@ def test_delta_rule_addresses_are_64_bit(gated):
         def rule(q, k, v, beta, s0):
             return delta_rule(q, k, v, beta, method="triton", initial_state=s0)
 
-    assert_same_bits(*near_and_far(rule, inputs))
+    assert_same_bits(*near_and_far(rule, inputs), DELTA_KERNELS)
 
 
 INT32_CHILD = """
