@@ -113,9 +113,10 @@ def test_outputs_and_gradients_match_reference(batch, n, d, d_v, normalize):
 
 
 @pytest.fixture(params=["one walk", "segments"])
-def walks(request, monkeypatch):
+def walks(request, monkeypatch, fresh_plans):
     """Both ways through the kernels: a short sequence walked in one segment (the default up to
-    ONE_WALK_CHUNKS chunks), and cut into segments of one chunk (the path of long sequences)."""
+    ONE_WALK_CHUNKS chunks), and cut into segments of one chunk (the path of long sequences),
+    each with launch plans of its own (`fresh_plans`)."""
     if request.param == "segments":
         for module in (forward, backward):
             monkeypatch.setattr(module, "segment_length", lambda *args: 1)
@@ -403,7 +404,7 @@ def test_gpu_strided_bfloat16_inputs():
 @pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("normalize", "segment"), [(True, 2), (False, 1), (True, None)])
-def test_initial_and_final_states(monkeypatch, normalize, segment, dtype):
+def test_initial_and_final_states(monkeypatch, fresh_plans, normalize, segment, dtype):
     """From an initial state (S_0, z_0) to the final state, over 5 chunks in segments of 1, 2 or
     the default (one walk): outputs, the final state and the gradients of all five inputs from a
     loss on both outputs, against the chunked form in float64; float32's tiles of 16 split the
