@@ -33,7 +33,6 @@ import torch
 
 pytest.importorskip("triton")
 
-from linattn_core.delta import delta_rule
 from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels import triton_linear_attention
 from linattn_core.kernels.linear_attention import backward, forward
@@ -173,54 +172,48 @@ def walk(request, monkeypatch, fresh_plans):
     return request.param
 
 
-def linear_attention_inputs(normalize, d):
+def linear_attention_inputs(d):
     """φ(q), φ(k), v `(1, 2, 40, d)` float32 (two chunks of 32, the second ragged) and an
-    initial state (S_0, z_0) (z_0 only when normalized)."""
-    q, k, v = random_qkv(BATCH, HEADS, n=40, d=d, dtype=torch.float32, positive=normalize, seed=7)
+    initial state (S_0, z_0)."""
+    q, k, v = random_qkv(BATCH, HEADS, n=40, d=d, dtype=torch.float32, positive=True, seed=7)
     generator = torch.Generator().manual_seed(8)
     s0 = torch.rand(BATCH, HEADS, d, d, generator=generator)
     z0 = torch.rand(BATCH, HEADS, d, generator=generator)
-    return (q, k, v, s0, z0) if normalize else (q, k, v, s0)
+    return q, k, v, s0, z0
 
 
 @pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
-@pytest.mark.parametrize("normalize", [True, False])
-def test_linear_attention_addresses_are_64_bit(normalize, walk):
-    """Both walks (one segment; segments of one chunk, with their sums and prefix sums), d = 32
-    in float32: two feature tiles, whose shares `(2, B, H, N, V)` the kernels write."""
+def test_linear_attention_addresses_are_64_bit(walk):
+    """Both walks (one segment; segments of one chunk, with their sums and prefix sums),
+    normalized (every buffer of the unnormalized pass, and r, z and the denominators' shares
+    besides), d = 32 in float32: two feature tiles, whose shares `(2, B, H, N, V)` the kernels
+    write."""
 
-    def attention(q, k, v, s0, z0=None):
-        options = {"causal": True, "normalize": normalize, "output_final_state": True}
+    def attention(q, k, v, s0, z0):
+        options = {"causal": True, "normalize": True, "output_final_state": True}
         o, (s_n, z_n) = triton_linear_attention(q, k, v, initial_state=(s0, z0), **options)
-        return (o, s_n, z_n) if normalize else (o, s_n)
+        return o, s_n, z_n
 
-    inputs = linear_attention_inputs(normalize, 32)
+    inputs = linear_attention_inputs(32)
     assert_same_bits(*near_and_far(attention, inputs), WALKS[walk])
 
 
 @pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
-@pytest.mark.parametrize("gated", [False, True])
-def test_delta_rule_addresses_are_64_bit(gated):
-    """The delta rule and the gated delta rule from an initial state, forward and backward (the
-    seven kernels, with A, the per-chunk states `(B, H, NT, K, V)` and dg's shares), d_k = 32,
-    d_v = 16 in float32, two chunks of 32 tokens, the second ragged."""
-    q, k, v, beta, g, s0 = gated_deltanet_inputs(
+def test_delta_rule_addresses_are_64_bit():
+    """The gated delta rule from an initial state, forward and backward: the delta rule's seven
+    kernels with every buffer of the ungated rule's and the log-gates and dg's shares besides
+    (A, the per-chunk states `(B, H, NT, K, V)`), d_k = 32, d_v = 16 in float32, two chunks of
+    32 tokens, the second ragged."""
+    inputs = gated_deltanet_inputs(
         BATCH, HEADS, n=40, d_k=32, d_v=16, gate=(-1, 0), dtype=torch.float32
     )
-    if gated:
-        inputs = (q, k, v, beta, g, s0)
 
-        def rule(q, k, v, beta, g, s0):
-            return gated_delta_rule(q, k, v, beta, g, method="triton", initial_state=s0)
-    else:
-        inputs = (q, k, v, beta, s0)
-
-        def rule(q, k, v, beta, s0):
-            return delta_rule(q, k, v, beta, method="triton", initial_state=s0)
+    def rule(q, k, v, beta, g, s0):
+        return gated_delta_rule(q, k, v, beta, g, method="triton", initial_state=s0)
 
     assert_same_bits(*near_and_far(rule, inputs), DELTA_KERNELS)
 
