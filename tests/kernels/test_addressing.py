@@ -26,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels import triton_linear_attention
 from linattn_core.kernels.linear_attention import backward, forward
 from linattn_core.testing import random_qkv, values_and_gradients
+from tests.kernels.test_compile import DELTA_KERNELS
 
 ROOT = Path(__file__).resolve().parents[2]
 FAR = 2**31 - 2**10  # the first head's program id in a far run: FAR + i_bh stays an int32
@@ -94,14 +96,10 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
         (interpreter, "_implicit_cvt", moved_pointer),
         (interpreter.GridExecutor, "__call__", far_launch),
     ]
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    try:
+    with contextlib.ExitStack() as stack:
         for owner, name, patched in patches:
-            setattr(owner, name, patched)
+            stack.enter_context(mock.patch.object(owner, name, patched))
         yield launched
-    finally:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
 
 
 def near_and_far(fn, inputs):
@@ -137,15 +135,6 @@ WALKS = {
         "segment_dk_kernel",
         "segment_dv_kernel",
     },
-}
-DELTA_KERNELS = {
-    "delta_prepare_kernel",
-    "delta_states_kernel",
-    "delta_output_kernel",
-    "delta_du_local_kernel",
-    "delta_states_bwd_kernel",
-    "delta_dqk_kernel",
-    "delta_wy_kernel",
 }
 
 
