@@ -23,7 +23,9 @@ The forward quantities are recomputed by the forward's kernels, so the forward p
 its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass: the
 inputs' dtype, with the float32 tiles dR and dN as two terms of it (`split_dot`); accumulation
 in float32, and the partial dK in float32. The launcher takes its grids and tiles from the
-forward's `delta_plan`, made once per shape.
+forward's `delta_plan`, made once per shape. Packed sequences take the forward kernels' work
+lists (`forward.py`): the backward walk runs each sequence from its end to its start, and
+∂L/∂S_0 is one per sequence.
 """
 
 import torch

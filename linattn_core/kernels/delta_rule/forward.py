@@ -38,6 +38,16 @@ the walk keeps its state in float32.
 Layout: q, k `(B, H, N, K)`, v `(B, H, N, V)`, β `(B, H, N)`, the states at the chunks' starts
 `(B, H, NT, K, V)` (Sᵀ, as the products read them), the initial and final states `(B, H, V, K)`
 as in `linattn_core.delta`; all contiguous; K, V multiples of the tiles.
+
+Packed sequences (`linattn_core.packing`): S sequences in inputs `(1, H, N, ·)`, states
+`(S, H, V, K)`. Each kernel takes an optional work list, None without packing, which Triton
+specializes away as it does g: the chunk-parallel kernels `chunks` `(N // C + S, 3)`, rows
+(sequence, start, end) of `packing.chunk_indices` — program i_t takes the tokens start + j,
+j < C, masked at end (`chunk_span`): a chunk starts at its sequence's start + j·C, not at a
+multiple of C, and the programs after the last chunk return at once — and the walks
+`sequences` `(S, 3)`, rows (start, end, index of the first chunk), a program per sequence
+(`walk_span`), which store each chunk's state at the row the chunk-parallel kernels read:
+NT = N // C + S rows, sized from shapes alone, so that nothing is read back to the host.
 """
 
 import torch
@@ -130,7 +140,6 @@ def delta_prepare_kernel(
     in two blocks of R = C/2 rows. With gates, K Kᵀ ⊙ Γ ⊙ M⁻ and W = A diag(β exp(G)) K."""
     R: tl.constexpr = C // 2
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    NT = tl.cdiv(N, C) if chunks is None else tl.num_programs(0)
     start, end = chunk_span(chunks, i_t, N, C)
     if chunks is not None:
         if start >= end:  # a program after the last chunk: nothing to do
@@ -161,6 +170,7 @@ def delta_prepare_kernel(
         b_n00 *= tl.exp(tl.where(below, b_g0[:, None] - b_g0[None, :], 0.0))
         b_n10 *= tl.exp(b_g1[:, None] - b_g0[None, :])
         b_n11 *= tl.exp(tl.where(below, b_g1[:, None] - b_g1[None, :], 0.0))
+    NT = tl.cdiv(N, C) if chunks is None else tl.num_programs(0)
     p_n = scratch + (i_bh * NT + i_t) * C * R  # this chunk's two blocks
     blocks = o_r[:, None] * R + o_r[None, :]
     tl.store(p_n + blocks, tl.where(below, b_beta0[:, None] * b_n00, 0.0))
