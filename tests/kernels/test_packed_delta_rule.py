@@ -20,9 +20,9 @@ from linattn_core.kernels import ops
 from linattn_core.kernels.delta_rule import function
 from linattn_core.kernels.delta_rule.function import packed_work
 from linattn_core.kernels.tools.launches import host_work
-from linattn_core.testing import assert_close, values_and_gradients
+from linattn_core.testing import KERNEL_RTOL, assert_close, values_and_gradients
 
-H, D_K, D_V = 1, 16, 16
+H, D_K, D_V = 2, 16, 16
 # float32 inputs: the kernels' chunk is 32 tokens (`tiles.kernel_chunk`). Empty sequences
 # first, inside and last; shorter than a chunk; a chunk and a bit (40 = 32 + 8), exactly one
 # chunk plus one token (33): chunks that start at a sequence's start, not at a multiple of 32
@@ -72,17 +72,19 @@ def one_by_one(inputs, lengths, **options):
     return torch.cat(outputs, dim=2), torch.cat(finals)
 
 
-def compared(lengths, *, gated, with_state, seed=0):
-    """(packed kernels, each sequence alone on the kernels, the float64 chunked form, packed):
-    each a tuple (o, final states, then the gradient of every input), for random weights of
-    the outputs and states."""
-    inputs = packed_inputs(lengths, gated=gated, with_state=with_state, seed=seed)
+def compared(lengths, *, gated, with_state, seed=0, dtype=torch.float32):
+    """(packed kernels, each sequence alone on the kernels, the float64 chunked form, packed),
+    the kernels on inputs in `dtype`, the float64 form on the same numbers: each a tuple (o,
+    final states, then the gradient of every input), for random weights of the outputs and
+    states."""
+    rounded = packed_inputs(lengths, gated=gated, with_state=with_state, seed=seed)
+    single = [x.to(dtype) for x in rounded]
+    inputs = [x.double() for x in single]
     cu_seqlens = boundaries(lengths)
     options = {"gated": gated, "with_state": with_state}
     generator = torch.Generator().manual_seed(seed + 1)
     shapes = (inputs[2].shape, (len(lengths), H, D_V, D_K))
     weights = [torch.randn(shape, generator=generator, dtype=torch.float64) for shape in shapes]
-    single = [x.float() for x in inputs]
 
     def packed(*x):
         return run(x, method="triton", cu_seqlens=cu_seqlens, **options)
@@ -94,8 +96,8 @@ def compared(lengths, *, gated, with_state, seed=0):
         return run(x, method="chunked", cu_seqlens=cu_seqlens, **options)
 
     return (
-        values_and_gradients(packed, single, [w.float() for w in weights]),
-        values_and_gradients(alone, single, [w.float() for w in weights]),
+        values_and_gradients(packed, single, [w.to(dtype) for w in weights]),
+        values_and_gradients(alone, single, [w.to(dtype) for w in weights]),
         values_and_gradients(reference, inputs, weights),
     )
 
@@ -108,9 +110,7 @@ def names(gated, with_state):
 @pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty")
-@pytest.mark.parametrize(
-    ("gated", "with_state"), [(False, False), (False, True), (True, False), (True, True)]
-)
+@pytest.mark.parametrize(("gated", "with_state"), [(False, False), (True, True)])
 def test_ragged_packs_are_each_sequence_alone_and_the_float64_form(gated, with_state):
     packed, alone, reference = compared(RAGGED, gated=gated, with_state=with_state)
     assert packed[1].shape == (len(RAGGED), H, D_V, D_K)
@@ -129,6 +129,39 @@ def test_one_sequence():
     for name, actual, same, wanted in zip(names(True, True), packed, alone, reference, strict=True):
         assert torch.equal(actual, same), name
         assert_close(actual.double(), wanted, rtol=2e-5, name=name)
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_inputs_in_chunks_of_64(dtype):
+    """16-bit inputs take chunks of 64 tokens and store A over the float32 scratch of its
+    blocks: sequences across that chunk (70 = 64 + 6), shorter (3), exactly one chunk (64)."""
+    lengths = [3, 0, 70, 64, 1]
+    packed, alone, reference = compared(lengths, gated=True, with_state=True, dtype=dtype)
+    for name, actual, same, wanted in zip(names(True, True), packed, alone, reference, strict=True):
+        assert torch.equal(actual, same), name
+        assert_close(actual.double(), wanted, rtol=KERNEL_RTOL[dtype], name=name)
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+def test_leading_dimensions_other_than_one_and_heads():
+    """Inputs `(1, 2, 1, N, ·)` and states `(S, 2, 1, d_v, d_k)`: the heads flattened for the
+    kernels and given back, as without packing."""
+    lengths = [0, 9, 40]
+    q, k, v, beta, s0 = [x.float() for x in packed_inputs(lengths, gated=False, with_state=True)]
+    cu_seqlens = boundaries(lengths)
+    o, final = delta_rule(q, k, v, beta, method="triton", initial_state=s0, cu_seqlens=cu_seqlens)
+    tokens = [x.unsqueeze(2) for x in (q, k, v, beta)]
+    o_5d, final_5d = delta_rule(
+        *tokens, method="triton", initial_state=s0.unsqueeze(2), cu_seqlens=cu_seqlens
+    )
+    assert o_5d.shape == (1, H, 1, sum(lengths), D_V)
+    assert final_5d.shape == (len(lengths), H, 1, D_V, D_K)
+    assert torch.equal(o_5d.squeeze(2), o) and torch.equal(final_5d.squeeze(2), final)
 
 
 @pytest.mark.slow
@@ -219,13 +252,10 @@ def test_a_packed_training_step_never_synchronizes(monkeypatch, gated):
 
 @pytest.mark.interpreter
 @pytest.mark.slow
-@pytest.mark.parametrize("state, gated", [(False, False), (True, True)])
-def test_opcheck_passes_on_the_packed_operators(state, gated):
+def test_opcheck_passes_on_the_packed_operators():
+    """The gated rule with initial states: every input and output of both operators."""
     lengths = [0, 7, 33]
-    inputs = [x.float() for x in packed_inputs(lengths, gated=gated, with_state=state)]
-    q, k, v, beta = inputs[:4]
-    g = inputs[4] if gated else None
-    s0 = inputs[-1] if state else None
+    q, k, v, beta, g, s0 = [x.float() for x in packed_inputs(lengths, gated=True, with_state=True)]
     cu_seqlens = boundaries(lengths)
     args = (q, k, v, beta, s0, 64, g, cu_seqlens)
     torch.library.opcheck(ops.delta_rule_forward, args)
