@@ -3,9 +3,10 @@
     linattn::linear_attention_forward, linattn::linear_attention_backward
     linattn::delta_rule_forward, linattn::delta_rule_backward
 
-The delta rule's operators take the log-gates g as an optional last input, as `DeltaRule` does:
+The delta rule's operators take the log-gates g as an optional input, as `DeltaRule` does:
 with g they are the gated delta rule's passes (`linattn_core.gated`, on the same kernels), their
-backward operator returning dg as well, absent without g — one operator pair for both rules.
+backward operator returning dg as well, absent without g — one operator pair for both rules —
+and, last, the boundaries `cu_seqlens` of packed sequences (states `(S, H, d_v, d_k)`).
 
 Each operator runs the launchers of one pass (`linear_forward`, `delta_backward`, …, the same
 functions that eager mode's autograd Functions call); `register_fake` gives the shapes of its
@@ -26,7 +27,7 @@ values, as tracing needs. The outputs never alias the inputs or one another.
 import torch
 from torch import Tensor
 
-from linattn_core.kernels.delta_rule.function import delta_backward, delta_forward
+from linattn_core.kernels.delta_rule.function import delta_backward, delta_forward, state_shape
 from linattn_core.kernels.layout import contiguous
 from linattn_core.kernels.linear_attention.function import linear_backward, linear_forward
 
@@ -154,17 +155,19 @@ def delta_rule_forward(
     s0: Tensor | None,
     chunk_size: int,
     g: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The delta rule's forward pass on `(B, H, N, ·)` inputs, gated by the log-gates g
-    `(B, H, N)` unless None: (o, the final state)."""
-    q, k, v, beta, s0, g = contiguous(q, k, v, beta, s0, g)
-    return tuple(x.contiguous() for x in delta_forward(q, k, v, beta, s0, chunk_size, g))
+    `(B, H, N)` unless None, of the sequences packed by `cu_seqlens` unless None: (o, the final
+    state)."""
+    q, k, v, beta, s0, g, cu_seqlens = contiguous(q, k, v, beta, s0, g, cu_seqlens)
+    outputs = delta_forward(q, k, v, beta, s0, chunk_size, g, cu_seqlens)
+    return tuple(x.contiguous() for x in outputs)
 
 
 @delta_rule_forward.register_fake
-def _(q, k, v, beta, s0, chunk_size, g=None):
-    batch, heads, _, d_k = q.shape
-    return v.new_empty(v.shape), v.new_empty(batch, heads, v.shape[-1], d_k)
+def _(q, k, v, beta, s0, chunk_size, g=None, cu_seqlens=None):
+    return v.new_empty(v.shape), v.new_empty(state_shape(q, v, cu_seqlens))
 
 
 @torch.library.custom_op("linattn::delta_rule_backward", mutates_args=())
@@ -178,10 +181,11 @@ def delta_rule_backward(
     ds: Tensor,
     chunk_size: int,
     g: Tensor | None = None,
+    cu_seqlens: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients (dq, dk, dv, dβ, ∂L/∂S_0 or absent without S_0, dg or absent without g)."""
-    q, k, v, beta, s0, g = contiguous(q, k, v, beta, s0, g)
-    grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size, g)
+    q, k, v, beta, s0, g, cu_seqlens = contiguous(q, k, v, beta, s0, g, cu_seqlens)
+    grads = delta_backward(q, k, v, beta, s0, do, ds, chunk_size, g, cu_seqlens)
     return _filled(grads, _delta_grads(q, k, v, beta, s0, g))
 
 
@@ -192,25 +196,26 @@ def _delta_grads(q, k, v, beta, s0, g):
 
 
 @delta_rule_backward.register_fake
-def _(q, k, v, beta, s0, do, ds, chunk_size, g=None):
+def _(q, k, v, beta, s0, do, ds, chunk_size, g=None, cu_seqlens=None):
     return _delta_grads(q, k, v, beta, s0, g)
 
 
 def _delta_setup(ctx, inputs, output):
-    q, k, v, beta, s0, chunk_size, g = inputs
-    ctx.save_for_backward(q, k, v, beta, s0, g)
+    q, k, v, beta, s0, chunk_size, g, cu_seqlens = inputs
+    ctx.save_for_backward(q, k, v, beta, s0, g, cu_seqlens)
     ctx.chunk_size = chunk_size
 
 
 def _delta_backward(ctx, do, ds):
-    q, k, v, beta, s0, g = ctx.saved_tensors
-    dq, dk, dv, dbeta, ds0, dg = delta_rule_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size, g)
-    return dq, dk, dv, dbeta, None if s0 is None else ds0, None, None if g is None else dg
+    q, k, v, beta, s0, g, cu_seqlens = ctx.saved_tensors
+    grads = delta_rule_backward(q, k, v, beta, s0, do, ds, ctx.chunk_size, g, cu_seqlens)
+    dq, dk, dv, dbeta, ds0, dg = grads
+    return dq, dk, dv, dbeta, None if s0 is None else ds0, None, None if g is None else dg, None
 
 
 delta_rule_forward.register_autograd(_delta_backward, setup_context=_delta_setup)
 
 
-def delta_rule(q, k, v, beta, s0, chunk_size, g=None):
+def delta_rule(q, k, v, beta, s0, chunk_size, g=None, cu_seqlens=None):
     """`DeltaRule.apply` through the operators: (o, the final state)."""
-    return delta_rule_forward(q, k, v, beta, s0, chunk_size, g)
+    return delta_rule_forward(q, k, v, beta, s0, chunk_size, g, cu_seqlens)
