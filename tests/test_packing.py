@@ -316,7 +316,7 @@ def test_linear_attention_packed_is_causal_only():
         linear_attention(phi_q, phi_k, v, cu_seqlens=torch.tensor([0, 6]))
 
 
-@pytest.mark.parametrize("op", TOKENS)
+@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])  # linear attention's: #44
 def test_triton_does_not_take_cu_seqlens_yet(op):
     with pytest.raises(
         ValueError,
