@@ -16,6 +16,10 @@ one. `torch.compile(fullgraph=True)` traces them as opaque calls, without graph 
 autograd Functions otherwise — a dispatcher call costs the host more than `Function.apply`, and
 eager mode has no use for it.
 
+Linear attention's operators take packed sequences' boundaries `cu_seqlens` as an optional last
+input (B = 1, states `(S, H, ·)`: `kernels/linear_attention/forward.py`); the fake outputs take S
+from its shape, never from its values.
+
 An operator returns tensors only: an output that a pass does not make (the final state when it
 was not asked for, r without normalization, the float32 copy of a float32 o, ∂L/∂S_0 without
 S_0, dg without g) is an empty tensor `(0,)`, `ABSENT`, and whether an output is absent depends

@@ -23,6 +23,7 @@ from linattn_core.testing import KERNEL_RTOL, assert_close, values_and_gradients
 H, D, D_V, CHUNK = 2, 16, 32, 64
 # empty sequences (first, inside, last), shorter than a chunk, one crossing the multiples of C
 # from an odd start, one chunk exactly from an odd start; one sequence of two chunks; short ones
+# (the ragged case with and without normalization and states, the others in two of the four)
 LENGTHS = {"ragged": [0, 5, 0, 70, 1, 64, 0], "single": [77], "short": [3, 0, 9]}
 
 
@@ -30,7 +31,7 @@ def boundaries(lengths):
     return torch.tensor([0, *itertools.accumulate(lengths)])
 
 
-def packed_inputs(lengths, *, normalize, with_state, dtype=torch.float32, seed=0):
+def packed_inputs(lengths, *, normalize, with_state, dtype=torch.float32, d=D, d_v=D_V, seed=0):
     """Fresh random inputs `(1, H, N, ·)` (positive features, as φ = elu + 1 gives) and, when
     `with_state`, initial states `(S, H, ·)` (z only when normalized), as one list."""
     generator = torch.Generator().manual_seed(seed)
@@ -39,8 +40,8 @@ def packed_inputs(lengths, *, normalize, with_state, dtype=torch.float32, seed=0
     def draw(*shape):
         return torch.randn(*shape, generator=generator, dtype=torch.float64)
 
-    tokens = [draw(1, H, n, D).abs(), draw(1, H, n, D).abs(), draw(1, H, n, D_V)]
-    states = [draw(s, H, D_V, D).abs(), *([draw(s, H, D).abs()] if normalize else [])]
+    tokens = [draw(1, H, n, d).abs(), draw(1, H, n, d).abs(), draw(1, H, n, d_v)]
+    states = [draw(s, H, d_v, d).abs(), *([draw(s, H, d).abs()] if normalize else [])]
     return [x.to(dtype) for x in tokens + (states if with_state else [])]
 
 
@@ -80,8 +81,9 @@ def one_by_one(lengths, method, normalize):
 def results(call, inputs, normalize, sequences):
     """(o, S_N[, z_N], then ∂/∂ each input) of `call` for fixed random output gradients."""
     generator = torch.Generator().manual_seed(1)
-    v = inputs[2]
-    shapes = [v.shape, (sequences, H, D_V, D), *([(sequences, H, D)] if normalize else [])]
+    d, v = inputs[0].shape[-1], inputs[2]
+    state = (sequences, H, v.shape[-1], d)
+    shapes = [v.shape, state, *([(sequences, H, d)] if normalize else [])]
     grads = [torch.randn(shape, generator=generator, dtype=torch.float64).to(v) for shape in shapes]
     return values_and_gradients(call, inputs, grads)
 
@@ -100,9 +102,23 @@ def names(normalize, with_state):
 @pytest.mark.interpreter
 @pytest.mark.slow
 @pytest.mark.usefixtures("poisoned_empty")
-@pytest.mark.parametrize("with_state", [True, False])
-@pytest.mark.parametrize("normalize", [True, False])
-@pytest.mark.parametrize("lengths", LENGTHS.values(), ids=LENGTHS.keys())
+@pytest.mark.parametrize(
+    ("lengths", "normalize", "with_state"),
+    [
+        pytest.param(LENGTHS[name], normalize, state, id=f"{name}-{normalize=}-{state=}")
+        for name, normalize, state in [
+            *(
+                ("ragged", normalize, state)
+                for normalize in (True, False)
+                for state in (True, False)
+            ),
+            ("single", True, True),
+            ("single", False, False),
+            ("short", True, False),
+            ("short", False, True),
+        ]
+    ],
+)
 def test_packed_kernels_match_each_sequence_alone_and_float64(lengths, normalize, with_state):
     """Outputs, final states and every gradient of one packed pass against the float64
     reference (each sequence alone, "chunked" in float64) within float32's kernel tolerance,
@@ -119,6 +135,23 @@ def test_packed_kernels_match_each_sequence_alone_and_float64(lengths, normalize
         assert a.dtype == torch.float32 and a.shape == e.shape
         assert_close(a, e, rtol=KERNEL_RTOL[torch.float32], name=name)
         assert_close(a, b, rtol=1e-6, name=f"{name} (each sequence alone)")
+
+
+@pytest.mark.interpreter
+@pytest.mark.slow
+@pytest.mark.usefixtures("poisoned_empty")
+def test_feature_and_value_tiles_of_each_architecture(arch):
+    """d = d_v = 32 in float32, two tiles of each (16 wide): the output kernel's feature tiles
+    write shares of the numerator and denominator, the walk's value and feature tiles shares of
+    each gradient, with each architecture's tiles (`arch`)."""
+    lengths = [3, 0, 70]
+    inputs = packed_inputs(lengths, normalize=True, with_state=True, d=32, d_v=32)
+    actual = results(packed(boundaries(lengths), "triton", True), inputs, True, len(lengths))
+    expected = results(
+        one_by_one(lengths, "chunked", True), [x.double() for x in inputs], True, len(lengths)
+    )
+    for name, a, e in zip(names(True, True), actual, expected, strict=True):
+        assert_close(a, e, rtol=KERNEL_RTOL[torch.float32], name=name)
 
 
 @pytest.mark.interpreter
@@ -155,6 +188,7 @@ def test_16_bit_packed_inputs(dtype):
 
 
 @pytest.mark.interpreter
+@pytest.mark.slow
 def test_heads_in_several_dimensions():
     """Inputs `(1, H1, H2, N, ·)`: states `(S, H1, H2, ·)`, as the heads of one dimension."""
     lengths = [5, 0, 9]
@@ -253,3 +287,26 @@ def test_opcheck_passes_on_the_operators_with_cu_seqlens(normalize):
     finals = (torch.randn_like(s0), torch.randn_like(z0) if normalize else None)
     backward_args = (*grads, torch.randn_like(v), *detached[3:], *finals, True, CHUNK, cu_seqlens)
     torch.library.opcheck(ops.linear_attention_backward, backward_args)
+
+
+@pytest.mark.interpreter
+@pytest.mark.slow
+def test_torch_compile_traces_a_packed_pass_without_graph_breaks():
+    """torch.compile(fullgraph=True) (AOTAutograd, which raises at a graph break) of a packed
+    step from initial states to final states: the gradients eager mode computes."""
+    lengths = [5, 0, 30]
+    leaves = [x.requires_grad_() for x in packed_inputs(lengths, normalize=True, with_state=True)]
+    cu_seqlens = boundaries(lengths)
+
+    def step(*inputs):
+        o, s_n, z_n = packed(cu_seqlens, "triton", True)(*inputs)
+        return o.sum() + s_n.sum() + z_n.sum()
+
+    eager = torch.autograd.grad(step(*leaves), leaves)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    try:
+        traced = torch.autograd.grad(compiled(*leaves), leaves)
+    finally:
+        torch._dynamo.reset()
+    for e, c in zip(eager, traced, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)

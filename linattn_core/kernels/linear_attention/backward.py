@@ -30,6 +30,9 @@ ONE_WALK_CHUNKS chunks, `forward.py`) in one launch and no sums: its programs wa
 from the initial state, then back for dk and again for dv, D and y starting from the final state's
 gradient and gaining each chunk after its use, so that they end as the initial state's gradient.
 The host's work of a pass over 1024 tokens is then two launches (`tools.launches.host_work`).
+Packed sequences (`cu_seqlens`) always take this walk, one program per sequence and head and
+state tile, over its own chunks from its first token, as in the forward pass
+(`forward.sequence_walk`): the states and their gradients are `(S, H, ·)`.
 
 The launcher computes g·o = −a with one product and one sum of torch (g in the inputs' dtype
 times the float32 o computes in float32); the kernels negate it as they load it.

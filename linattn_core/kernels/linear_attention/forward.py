@@ -29,6 +29,18 @@ walk, which starts from (S_0, z_0) itself and ends with the final state, and the
 launch. Its time is the host's: each launch costs the host about 29 µs (measured on an H200's
 host, `figures/gpu/*/host.json`), more than a walk of 16 chunks takes the GPU (19 µs).
 
+Packed sequences (`cu_seqlens`, S sequences in a batch of 1, `linattn_core.packing`): each
+program of `segment_output_kernel` walks one whole sequence of one head from that sequence's
+initial state, its chunks starting at the sequence's first token (bos + j·C, not a multiple of
+C), so that no chunk crosses a boundary, and writes its final state (`sequence_walk`); the grid
+is (tiles, S, H), known from shapes, and nothing is read on the host. One walk a sequence rather
+than segments: segments would need each sequence's own prefix sums, a work list of (sequence,
+segment) rows built on the device and a grid sized for the worst case, while the walk is the
+tested one-walk path that unpacked sequences of up to ONE_WALK_CHUNKS chunks take, with S·H
+programs where an unpacked pass has B·H. Its cost: the sequential depth of the longest
+sequence, ⌈n_max / C⌉ chunks, where segments would bound it (a single long sequence packed alone
+is slower than unpacked; packing is for many sequences).
+
 Precision: the matrix products take 16-bit inputs as they are, on their own tensor cores, and
 float32 inputs as three TF32 products (`dot`); all accumulate in float32, and the states stay
 float32 in registers. A state enters a product as a 16-bit operand: for float16, whose range

@@ -225,9 +225,10 @@ def linear_attention_kernels(
 
 def check_values_on_cpu(fn, cu_seqlens, n):
     """The values of `cu_seqlens` (0 first, N = `n` last, non-decreasing) where reading them
-    costs no synchronization: on a CPU. On a GPU they are not read (`validation.check_cu_seqlens`
-    checked the rest), so that a pass can be captured in a CUDA graph."""
-    if cu_seqlens.device.type == "cpu":
+    costs no synchronization: on a CPU, in eager mode. On a GPU they are not read
+    (`validation.check_cu_seqlens` checked the rest), so that a pass can be captured in a CUDA
+    graph; nor under `torch.compile`, whose trace holds no values to read."""
+    if cu_seqlens.device.type == "cpu" and not torch.compiler.is_compiling():
         check_cu_seqlens_values(fn, cu_seqlens.tolist(), n)
 
 
