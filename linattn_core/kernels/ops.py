@@ -76,7 +76,7 @@ def linear_attention_forward(
     """Causal linear attention's forward pass on `(B, H, N, ·)` inputs: (o, o in float32 or
     absent, r or absent, S_N or absent, z_N or absent); with `cu_seqlens`, on S sequences
     packed in B = 1, the states `(S, H, ·)`."""
-    q, k, v, s0, z0 = contiguous(q, k, v, s0, z0)
+    q, k, v, s0, z0, cu_seqlens = contiguous(q, k, v, s0, z0, cu_seqlens)
     outputs = linear_forward(
         q, k, v, s0, z0, normalize, eps, chunk_size, final, normalize, cu_seqlens
     )
@@ -109,7 +109,7 @@ def linear_attention_backward(
     """The gradients (dq, dk, dv, ∂L/∂S_0 or absent, ∂L/∂z_0 or absent); o in float32 and r as
     the forward operator returned them (None without normalization), `cu_seqlens` as the
     forward operator took it."""
-    q, k, v, s0, z0 = contiguous(q, k, v, s0, z0)
+    q, k, v, s0, z0, cu_seqlens = contiguous(q, k, v, s0, z0, cu_seqlens)
     grads = linear_backward(
         q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chunk_size, cu_seqlens
     )

@@ -206,6 +206,20 @@ def test_heads_in_several_dimensions():
         assert torch.equal(a.reshape(e.shape), e)
 
 
+@pytest.mark.interpreter
+def test_strided_cu_seqlens():
+    """Boundaries that are a strided view (every other element) give the contiguous ones'
+    results."""
+    lengths = [5, 0, 9]
+    q, k, v = packed_inputs(lengths, normalize=True, with_state=False)
+    contiguous = boundaries(lengths)
+    strided = torch.stack([contiguous, -contiguous], dim=1)[:, 0]
+    assert not strided.is_contiguous()
+    options = {"causal": True, "method": "triton"}
+    expected = linear_attention(q, k, v, cu_seqlens=contiguous, **options)
+    assert torch.equal(linear_attention(q, k, v, cu_seqlens=strided, **options), expected)
+
+
 BAD = [
     (torch.tensor([0, 3, 2, 9]), ValueError, "non-decreasing"),
     (torch.tensor([1, 3, 9]), ValueError, "start at 0 and end"),

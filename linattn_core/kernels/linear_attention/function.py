@@ -104,7 +104,9 @@ class CausalLinearAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi_q, phi_k, v, s0, z0, normalize, eps, chunk_size, final, cu_seqlens):
         ctx.set_materialize_grads(False)  # an unused final state adds nothing to the backward
-        q, k, v, s0, z0 = contiguous(phi_q, phi_k, v, s0, z0)  # the kernels' layout
+        q, k, v, s0, z0, cu_seqlens = contiguous(
+            phi_q, phi_k, v, s0, z0, cu_seqlens
+        )  # the kernels' layout
         keep = normalize and any(ctx.needs_input_grad[:5])  # the backward's a = −g·o needs o
         o, o32, rden, s_n, z_n = linear_forward(
             q, k, v, s0, z0, normalize, eps, chunk_size, final, keep, cu_seqlens
