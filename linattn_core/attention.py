@@ -234,8 +234,10 @@ def linear_attention(
             `(S + 1,)` (0 first, N last, non-decreasing; `linattn_core.packing`): the inputs
             `(1, H, N, ·)` hold them along N, each computed as if alone, initial and final
             states one per sequence, `(S, H, ·, ·)`. The methods "parallel", "recurrent" and
-            "chunked" take them ("auto" picks among these for each sequence); "triton" does not
-            yet (ValueError).
+            "chunked" run each sequence on its own, reading cu_seqlens on the host ("auto"
+            picks among these for each sequence); "triton" runs all of them in one pass of the
+            kernels, each program walking one sequence of one head, and reads nothing on the
+            host (the values of cu_seqlens are checked on a CPU only).
 
     Returns:
         `(..., N, d_v)`, empty if N = 0 or a batch dimension is 0; with output_final_state,
@@ -279,6 +281,13 @@ def linear_attention(
                 f"{fn}: cu_seqlens needs causal=True (packed sequences); got causal=False"
             )
     check_linear_state(fn, initial_state, phi_q, v, normalize=normalize, cu_seqlens=cu_seqlens)
+    if cu_seqlens is not None and method == "triton":  # on the device, no synchronization
+        out = _triton(
+            phi_q, phi_k, v, causal=True, normalize=normalize, chunk_size=chunk_size, eps=eps,
+            initial_state=initial_state, output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
+        )  # fmt: skip
+        return (out[0], LinearAttentionState(*out[1])) if output_final_state else out
     if cu_seqlens is not None:
         return run_packed(
             fn, linear_attention, cu_seqlens, (phi_q, phi_k, v), initial_state,

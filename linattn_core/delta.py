@@ -221,8 +221,9 @@ def delta_rule(
         cu_seqlens: None, or the boundaries of S packed sequences, int64 `(S + 1,)` (0 first,
             N last, non-decreasing; `linattn_core.packing`): the inputs `(1, H, N, ·)` hold
             them along N, each computed as if alone, initial and final states one per
-            sequence, `(S, H, d_v, d_k)`. "recurrent" and "chunked" take them ("auto" picks
-            "chunked"); "triton" does not yet (ValueError).
+            sequence, `(S, H, d_v, d_k)`. Every method takes them ("auto" picks "chunked"
+            for each sequence); "triton" runs all of them in one pass of the kernels, without
+            reading cu_seqlens on the host (no synchronization with a GPU).
 
     Returns:
         (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`, in the
@@ -246,7 +247,7 @@ def delta_rule(
     check_choice(fn, "method", method, DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
     check_flag(fn, "output_final_state", output_final_state)
-    if cu_seqlens is not None:
+    if cu_seqlens is not None and method != "triton":
         return run_packed(
             fn, delta_rule, cu_seqlens, (q, k, v, beta), initial_state,
             methods=DELTA_RULE_METHODS, method=method, returns_state=output_final_state,
@@ -258,7 +259,7 @@ def delta_rule(
         from linattn_core.kernels.delta_rule.function import delta_rule_kernels  # triton: optional
 
         o, state = delta_rule_kernels(
-            q, k, v, beta, chunk_size=chunk_size, initial_state=initial_state
+            q, k, v, beta, chunk_size=chunk_size, initial_state=initial_state, cu_seqlens=cu_seqlens
         )
     else:
         o, state = _delta_rule(q, k, v, beta, initial_state, method, chunk_size)

@@ -81,7 +81,8 @@ def gated_delta_rule(
         initial_state: S_0 `(..., d_v, d_k)`, or None for zeros.
         cu_seqlens: None, or the boundaries of S packed sequences, as `delta.delta_rule` takes
             them (`linattn_core.packing`): states `(S, H, d_v, d_k)`, one per sequence;
-            "recurrent", "chunked" and "auto" take them, "triton" does not yet (ValueError).
+            every method takes them, "triton" in one pass of the kernels, without reading
+            cu_seqlens on the host.
 
     Returns:
         (o, S): outputs `(..., N, d_v)` and the final state S_N `(..., d_v, d_k)`, differentiable
@@ -99,7 +100,7 @@ def gated_delta_rule(
     _check_one_per_row(fn, "g", g, q, rows="N")
     check_choice(fn, "method", method, GATED_DELTA_RULE_METHODS)
     check_positive_int(fn, "chunk_size", chunk_size)
-    if cu_seqlens is not None:
+    if cu_seqlens is not None and method != "triton":
         return run_packed(
             fn, gated_delta_rule, cu_seqlens, (q, k, v, beta, g), initial_state,
             methods=GATED_DELTA_RULE_METHODS, method=method, returns_state=True,
@@ -111,8 +112,9 @@ def gated_delta_rule(
         from linattn_core.kernels.delta_rule.function import gated_delta_rule_kernels
 
         return gated_delta_rule_kernels(
-            q, k, v, beta, g, chunk_size=chunk_size, initial_state=initial_state
-        )
+            q, k, v, beta, g, chunk_size=chunk_size, initial_state=initial_state,
+            cu_seqlens=cu_seqlens,
+        )  # fmt: skip
     if initial_state is None:
         initial_state = q.new_zeros(*q.shape[:-2], v.shape[-1], q.shape[-1])  # (..., d_v, d_k)
     if q.shape[-2] == 0:

@@ -6,8 +6,8 @@ Each operation computes one function in several equivalent forms, named alike ev
 `linattn_core.kernels`), and "auto", the default, which picks the fastest exact one for the
 inputs (`auto_method`):
 
-- "triton" for causal inputs on a CUDA device that the kernels take (`triton_applies`), except
-  packed sequences (`cu_seqlens`, `linattn_core.packing`) for now;
+- "triton" for causal inputs on a CUDA device that the kernels take (`triton_applies`), packed
+  sequences (`cu_seqlens`, `linattn_core.packing`) included;
 - on any other device, "parallel" for causal inputs up to N = `parallel_up_to(d)`, where the
   operation has that form (linear attention; measured by `python -m linattn_core.bench auto`);
 - "chunked" otherwise.
@@ -18,7 +18,7 @@ DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 GATED_DELTA_RULE_METHODS = ("auto", "recurrent", "chunked", "triton")
 
 
-def auto_method(methods, q, v, *, chunk_size, causal=True, packed=False) -> str:
+def auto_method(methods, q, v, *, chunk_size, causal=True) -> str:
     """The method that `method="auto"` runs, among `methods` (an operation's names), for queries
     `(..., N, d)` and values `(..., N, d_v)`: the one place where that choice is made.
 
@@ -26,8 +26,7 @@ def auto_method(methods, q, v, *, chunk_size, causal=True, packed=False) -> str:
     chunked form beyond (figures/auto_cpu.json: one masked N × N product is faster for short
     sequences, the chunked walk from there on, forward and backward); non-causal attention is
     two matrix products, the chunked form. On a CUDA device causal inputs run the Triton kernels
-    when triton is installed and they take these shapes, dtype and chunk size, unless they hold
-    `packed` sequences (`cu_seqlens`), which run on the PyTorch methods for now.
+    when triton is installed and they take these shapes, dtype and chunk size.
 
     >>> import torch
     >>> q = torch.empty(1, 100, 64)
@@ -36,7 +35,7 @@ def auto_method(methods, q, v, *, chunk_size, causal=True, packed=False) -> str:
     >>> auto_method(DELTA_RULE_METHODS, q, q, chunk_size=64)
     'chunked'
     """
-    if causal and not packed and triton_applies(q, v, chunk_size):
+    if causal and triton_applies(q, v, chunk_size):
         return "triton"
     on_gpu = q.device.type == "cuda"
     if (

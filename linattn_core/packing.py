@@ -12,9 +12,10 @@ initial state, and each sequence ends with its own final state (states `(S, H, �
   call of the operation on its slice of the inputs; the outputs are concatenated and the final
   states stacked, so the result is, by construction, that of calling each sequence on its own,
   gradients included. The boundaries are read on the host to slice the inputs
-  (`cu_seqlens.tolist()`: on a GPU, one synchronization per call).
-- `chunk_indices`: for the Triton kernels (`method="triton"` does not take `cu_seqlens` yet):
-  the work list of a grid of programs over all sequences' chunks, built on the device from
+  (`cu_seqlens.tolist()`: on a GPU, one synchronization per call). "auto" where the Triton
+  kernels apply (`methods.triton_applies`: CUDA, their shapes and dtypes) runs them instead.
+- `chunk_indices`: for the Triton kernels (`method="triton"`), which take all sequences in one
+  pass: the work list of a grid of programs over all sequences' chunks, built on the device from
   `cu_seqlens` without reading it on the host (no `.tolist()`, no `.item()`), so that a pass
   can be captured in a CUDA graph or traced by `torch.compile`.
 """
@@ -23,7 +24,7 @@ import itertools
 
 import torch
 
-from linattn_core.methods import auto_method
+from linattn_core.methods import auto_method, triton_applies
 from linattn_core.validation import (
     check_cu_seqlens,
     check_cu_seqlens_values,
@@ -37,7 +38,8 @@ __all__ = ["chunk_indices", "run_packed"]
 def run_packed(
     fn, operation, cu_seqlens, tokens, initial_state, *, methods, method, returns_state, **options
 ):
-    """`operation` on packed inputs, one call per sequence; the inputs are checked by the caller.
+    """`operation` on packed inputs, one call per sequence, or, for "auto" where the Triton
+    kernels apply, one call of the kernels on all sequences; the inputs are checked by the caller.
 
     Args:
         fn: the operation's name, for error messages.
@@ -49,9 +51,10 @@ def run_packed(
             `(1, H, N, ·)` or `(1, H, N)` (β, g): sliced along the axis of N.
         initial_state: None, or the initial states `(S, H, ·, ·)`, a tensor or a tuple of them
             (None fields allowed, as the z of unnormalized linear attention).
-        methods: the operation's method names. "auto" runs for each sequence the method that
-            `methods.auto_method` picks for it as packed input: never "triton".
-        method: one of `methods`; "triton" raises ValueError (no device-side path yet).
+        methods: the operation's method names. "auto" runs the kernels on all sequences at once
+            where `methods.triton_applies`, and otherwise for each sequence the method that
+            `methods.auto_method` picks for it.
+        method: one of `methods` but "triton" (which the operations run without this function).
         returns_state: whether `operation` returns (output, final state), not the output alone.
         **options: the operation's other arguments (chunk_size, normalize, ...).
 
@@ -59,12 +62,9 @@ def run_packed(
         The output `(1, H, N, d_v)`, and with returns_state the final states `(S, H, ·, ·)` of
         the type of each sequence's.
     """
-    if method == "triton":
-        others = ", ".join(repr(m) for m in methods if m not in ("auto", "triton"))
-        raise ValueError(
-            f"{fn}: method='triton' does not take cu_seqlens yet: packed sequences run on the "
-            f"PyTorch methods ({others}, or 'auto') for now; the device-side path is the next "
-            "step; got method='triton' with cu_seqlens"
+    if method == "auto" and triton_applies(tokens[0], tokens[2], options["chunk_size"]):
+        return operation(
+            *tokens, initial_state=initial_state, method="triton", cu_seqlens=cu_seqlens, **options
         )
     axis = tokens[0].dim() - 2  # the axis of N
     bounds = cu_seqlens.tolist()  # on the host: one synchronization on a GPU
@@ -75,7 +75,7 @@ def run_packed(
         chosen = method
         if method == "auto":
             chosen = auto_method(
-                methods, sequence[0], sequence[2], chunk_size=options["chunk_size"], packed=True
+                methods, sequence[0], sequence[2], chunk_size=options["chunk_size"]
             )
         result = operation(
             *sequence, initial_state=_select(initial_state, s), method=chosen, **options

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from linattn_core import methods
+from linattn_core import methods, packing
 from linattn_core.attention import LinearAttentionState, kernel_attention, linear_attention
 from linattn_core.delta import delta_rule, delta_rule_loop
 from linattn_core.gated import gated_delta_rule
@@ -203,20 +203,36 @@ def test_other_head_dimensions():
 
 
 @pytest.mark.parametrize("op", TOKENS)
-def test_auto_never_picks_the_kernels(op, monkeypatch):
-    """Where "auto" would run the Triton kernels, packed inputs run a PyTorch method."""
-    monkeypatch.setattr(methods, "triton_applies", lambda *args: True)
-    q = torch.empty(1, H, 100, D)
-    assert methods.auto_method(methods.DELTA_RULE_METHODS, q, q, chunk_size=64) == "triton"
-    assert (
-        methods.auto_method(methods.DELTA_RULE_METHODS, q, q, chunk_size=64, packed=True)
-        == "chunked"
-    )
+def test_auto_runs_each_sequence_where_the_kernels_do_not_apply(op):
+    """On the CPU "auto" picks a PyTorch method for each sequence (here the chunked form)."""
     lengths = LENGTHS["ragged"]
     inputs = packed_inputs(op, lengths, with_state=True)
     packed = run(op, inputs, "auto", boundaries(lengths))
     for actual, expected in zip(packed, one_by_one(op, inputs, "chunked", lengths), strict=True):
         assert_close(actual, expected, rtol=1e-12)
+
+
+def test_auto_runs_the_kernels_once_where_they_apply(monkeypatch):
+    """Where the Triton kernels apply, "auto" hands all sequences to them in one call, the
+    boundaries unread."""
+    monkeypatch.setattr(packing, "triton_applies", lambda *args: True)
+    calls = []
+
+    def operation(*tokens, **options):
+        calls.append((tokens, options))
+        return "out"
+
+    tokens = packed_inputs("delta_rule", [2, 4], with_state=False)[:4]
+    cu_seqlens = torch.tensor([0, 2, 6])
+    out = packing.run_packed(
+        "delta_rule", operation, cu_seqlens, tokens, None,
+        methods=methods.DELTA_RULE_METHODS, method="auto", returns_state=False, chunk_size=64,
+    )  # fmt: skip
+    assert out == "out" and len(calls) == 1
+    (called, options), *_ = calls
+    assert all(a is b for a, b in zip(called, tokens, strict=True))
+    assert options.pop("cu_seqlens") is cu_seqlens
+    assert options == {"initial_state": None, "method": "triton", "chunk_size": 64}
 
 
 def _inputs(op, n=6):
@@ -314,16 +330,6 @@ def test_linear_attention_packed_is_causal_only():
     phi_q, phi_k, v = _inputs("linear_attention")
     with pytest.raises(ValueError, match=r"^linear_attention: cu_seqlens needs causal=True"):
         linear_attention(phi_q, phi_k, v, cu_seqlens=torch.tensor([0, 6]))
-
-
-@pytest.mark.parametrize("op", TOKENS)
-def test_triton_does_not_take_cu_seqlens_yet(op):
-    with pytest.raises(
-        ValueError,
-        match=f"^{op}: method='triton' does not take cu_seqlens yet: "
-        "packed sequences run on the PyTorch methods",
-    ):
-        run(op, _inputs(op), "triton", torch.tensor([0, 6]))
 
 
 def chunks_by_hand(lengths, chunk_size):

@@ -23,7 +23,9 @@ The forward quantities are recomputed by the forward's kernels, so the forward p
 its inputs: memory O(N(d_k + d_v)) beside the inputs. Operands as in the forward pass: the
 inputs' dtype, with the float32 tiles dR and dN as two terms of it (`split_dot`); accumulation
 in float32, and the partial dK in float32. The launcher takes its grids and tiles from the
-forward's `delta_plan`, made once per shape.
+forward's `delta_plan`, made once per shape. Packed sequences take the forward kernels' work
+lists (`forward.py`): the backward walk runs each sequence from its end to its start, and
+∂L/∂S_0 is one per sequence.
 """
 
 import torch
@@ -32,13 +34,16 @@ import triton.language as tl
 
 from linattn_core.kernels.common import dot, per_shape, split_dot
 from linattn_core.kernels.delta_rule.forward import (
+    chunk_count,
     chunk_gates,
+    chunk_span,
     delta_plan,
     delta_prepare,
     delta_states,
     gated_options,
     log_gates,
     walk_launch,
+    walk_span,
 )
 from linattn_core.kernels.tiles import tile_rule, tiles
 
@@ -49,6 +54,7 @@ def delta_du_local_kernel(
     q,  # [B, H, N, K]
     k,  # [B, H, N, K]
     g,  # [B, H, N] the log-gates, or None
+    chunks,  # [NT, 3] packed sequences' chunks (`packing.chunk_indices`), or None
     do,  # [B, H, N, V]
     du,  # [B, H, N, V] written: (Q Kᵀ ⊙ M)ᵀ dO, dU's part within the chunk
     k_decayed,  # [B, H, N, K] written with gates: diag(exp(G_C − G)) K
@@ -64,8 +70,12 @@ def delta_du_local_kernel(
     With gates, (Q Kᵀ ⊙ Γ ⊙ M)ᵀ dO, and the operands of `delta_states_bwd_kernel` scaled by
     their decays, so that the walk holds no more registers than without."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    o_t = i_t * C + tl.arange(0, C)
-    m_t = o_t < N
+    start, end = chunk_span(chunks, i_t, N, C)
+    if chunks is not None:
+        if start >= end:  # a program after the last chunk: nothing to do
+            return
+    o_t = start + tl.arange(0, C)
+    m_t = o_t < end
     o_v = i_v * BV + tl.arange(0, BV)
     b_a = tl.zeros([C, C], dtype=tl.float32)  # [j, i]: k_j·q_i
     for i_k in range(K // BK):
@@ -109,11 +119,12 @@ def delta_states_bwd_kernel(
     k,  # [B, H, N, K] (with gates diag(exp(G_C − G)) K, from delta_du_local_kernel)
     w,  # [B, H, N, K] W, recomputed by delta_prepare_kernel
     g,  # [B, H, N] the log-gates, or None
+    sequences,  # [S, 3] packed sequences' (start, end, first chunk), or None
     do,  # [B, H, N, V] (with gates diag(exp(G)) dO, from delta_du_local_kernel)
-    ds_final,  # [B, H, V, K] the gradient of the final state
+    ds_final,  # [B, H, V, K] ([S, H, V, K] packed) the gradient of the final state
     dh,  # [B, H, NT, K, V] written: dS'ᵀ, the gradient of the state at every chunk's end
     du,  # [B, H, N, V] (Q Kᵀ ⊙ M)ᵀ dO, from delta_du_local_kernel; overwritten: dU
-    ds0,  # [B, H, V, K] written: the gradient of the initial state, or None
+    ds0,  # [B, H, V, K] ([S, H, V, K] packed) written: the initial state's gradient, or None
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -123,17 +134,18 @@ def delta_states_bwd_kernel(
     """dU = (Q Kᵀ ⊙ M)ᵀ dO + K dS'ᵀ and dS = dS' + dOᵀ Q − dUᵀ W over chunks t = NT − 1, …, 0:
     BV rows of the state's gradient a program, held in registers (as dSᵀ `[K, BV]`). With gates,
     dU = (Q Kᵀ ⊙ Γ ⊙ M)ᵀ dO + diag(exp(G_C − G)) K dS'ᵀ and
-    dS = exp(G_C) dS' + dOᵀ diag(exp(G)) Q − dUᵀ W, for k and do given scaled."""
+    dS = exp(G_C) dS' + dOᵀ diag(exp(G)) Q − dUᵀ W, for k and do given scaled. Packed, a
+    program walks one sequence."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    NT = tl.cdiv(N, C)
+    start, end, first, NT, i_state = walk_span(sequences, N, C)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
-    state = (i_bh * V + o_v[None, :]) * K + o_k[:, None]  # dSᵀ in a (V, K) state  [K, BV]
+    state = (i_state * V + o_v[None, :]) * K + o_k[:, None]  # dSᵀ in a (V, K) state  [K, BV]
     b_ds = tl.load(ds_final + state).to(tl.float32)
-    for i_t in range(NT - 1, -1, -1):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
-        p_dh = dh + ((i_bh * NT + i_t) * K + o_k[:, None]) * V + o_v[None, :]
+    for i_t in range(tl.cdiv(end - start, C) - 1, -1, -1):
+        o_t = start + i_t * C + tl.arange(0, C)
+        m_t = o_t < end
+        p_dh = dh + ((i_bh * NT + first + i_t) * K + o_k[:, None]) * V + o_v[None, :]
         tl.store(p_dh, b_ds.to(p_dh.dtype.element_ty))
         transposed = (i_bh * N + o_t[None, :]) * K + o_k[:, None]  # [K, C]
         rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
@@ -164,6 +176,7 @@ def delta_dqk_kernel(
     dh,  # [B, H, NT, K, V] dS'ᵀ at the chunks' ends, from delta_states_bwd_kernel
     du,  # [B, H, N, V] dU
     g,  # [B, H, N] the log-gates, or None
+    chunks,  # [NT, 3] packed sequences' chunks, or None
     dq,  # [B, H, N, K] written
     dk,  # [B, H, N, K] float32 written: (dO Uᵀ ⊙ M)ᵀ Q + U dS'
     dw,  # [B, H, N, K] written: dW = −dU S
@@ -181,9 +194,13 @@ def delta_dqk_kernel(
     (dO Uᵀ ⊙ Γ ⊙ M)ᵀ Q + diag(exp(G_C − G)) U dS', and these columns' part of dg through O
     and S' (`gate_grads`)."""
     i_k, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    NT = tl.cdiv(N, C)
-    o_t = i_t * C + tl.arange(0, C)
-    m_t = o_t < N
+    NT = tl.cdiv(N, C) if chunks is None else tl.num_programs(1)
+    start, end = chunk_span(chunks, i_t, N, C)
+    if chunks is not None:
+        if start >= end:  # a program after the last chunk: nothing to do
+            return
+    o_t = start + tl.arange(0, C)
+    m_t = o_t < end
     o_k = i_k * BK + tl.arange(0, BK)
     b_dq = tl.zeros([C, BK], dtype=tl.float32)
     b_dk = tl.zeros([C, BK], dtype=tl.float32)
@@ -258,6 +275,7 @@ def delta_wy_kernel(
     du,  # [B, H, N, V] dU
     dk_partial,  # [B, H, N, K] float32 the first terms of dK, from delta_dqk_kernel
     g,  # [B, H, N] the log-gates, or None
+    chunks,  # [NT, 3] packed sequences' chunks, or None
     dg_partial,  # [NK, B, H, N] float32 parts of dg, from delta_dqk_kernel (with gates)
     dk,  # [B, H, N, K] written
     dv,  # [B, H, N, V] written
@@ -279,11 +297,16 @@ def delta_wy_kernel(
     and exp(G) scales K in W's terms; dG gains rowsum(dK_W ⊙ K) (W's part of dK) and
     rowsum(dL K ⊙ K) − rowsum(dLᵀ K ⊙ K), and dg is dG summed from each row to the chunk's end."""
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    NT = tl.cdiv(N, C) if chunks is None else tl.num_programs(0)
+    start, end = chunk_span(chunks, i_t, N, C)
+    if chunks is not None:
+        if start >= end:  # a program after the last chunk: nothing to do
+            return
     o_c = tl.arange(0, C)
-    o_t = i_t * C + o_c
-    m_t = o_t < N
+    o_t = start + o_c
+    m_t = o_t < end
     b_beta = tl.load(beta + i_bh * N + o_t, mask=m_t, other=0.0).to(tl.float32)  # [C]
-    p_a = a + (i_bh * tl.cdiv(N, C) * C + i_t * C + o_c[None, :]) * C + o_c[:, None]
+    p_a = a + (i_bh * NT * C + i_t * C + o_c[None, :]) * C + o_c[:, None]
     b_at = tl.load(p_a)  # Aᵀ [C, C], in the inputs' dtype
     b_dn = tl.zeros([C, C], dtype=tl.float32)  # −dR Xᵀ
     b_dbeta = tl.zeros([C], dtype=tl.float32)
@@ -341,43 +364,53 @@ def delta_wy_kernel(
 
 
 @per_shape
-def delta_backward_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
+def delta_backward_plan(
+    batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False, sequences=None
+):
     """The forward kernels' launches (`delta_plan`) and the backward kernels', decided once per
-    shape (and `gated`): {kernel: (grid, launch options)}."""
-    n_chunks, bh = -(-n // chunk_size), batch * heads
+    shape (and `gated`, and the number of packed sequences `sequences` or None):
+    {kernel: (grid, launch options)}."""
+    n_chunks, bh = chunk_count(n, chunk_size, sequences), batch * heads
     kernels = (delta_du_local_kernel, delta_states_bwd_kernel, delta_dqk_kernel, delta_wy_kernel)
     du, states, dqk, wy = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
-    plan = delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated) | {
+    forward = delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated, sequences)
+    plan = forward | {
         delta_du_local_kernel: ((d_v // du.block_v, n_chunks, bh), du.launch_options),
-        delta_states_bwd_kernel: walk_launch(states, d_v, bh),
+        delta_states_bwd_kernel: walk_launch(states, d_v, bh, sequences),
         delta_dqk_kernel: ((d_k // dqk.block_k, n_chunks, bh), dqk.launch_options),
         delta_wy_kernel: ((n_chunks, bh), wy.launch_options),
     }
     return gated_options(plan, arch, d_k, d_v, dtype) if gated else plan
 
 
-def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch, g=None):
+def delta_rule_bwd(
+    q, k, v, beta, initial_state, do, ds_final, *, chunk_size, arch, g=None, packing=None
+):
     """Gradients (dq, dk, dv, dβ, d initial state, dg) of the delta rule — gated by the log-gates
     `g` unless None, then dg is None — for the gradients `do` of the outputs and `ds_final` of
-    the final state. Inputs contiguous."""
+    the final state. Inputs contiguous; `packing` as `forward.delta_rule_fwd` takes it (states
+    and their gradients `(S, H, V, K)`)."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     sizes = (n, d_k, d_v, chunk_size)
-    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
-    options = {"chunk_size": chunk_size, "arch": arch, "plan": plan}
-    a, w, u_free = delta_prepare(k, v, beta, g, store_a=True, **options)
+    chunks, sequences = packing or (None, None)
+    count = None if packing is None else len(sequences)
+    gated = g is not None
+    plan = delta_backward_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, gated, count)
+    options = {"chunk_size": chunk_size, "plan": plan, "packing": packing}
+    a, w, u_free = delta_prepare(k, v, beta, g, store_a=True, arch=arch, **options)
     u = torch.empty_like(u_free)
-    h, _ = delta_states(k, w, u_free, u, g, initial_state, chunk_size=chunk_size, plan=plan)
+    h, _ = delta_states(k, w, u_free, u, g, initial_state, **options)
 
     du = torch.empty_like(v)
     decayed = (None, None) if g is None else (torch.empty_like(k), torch.empty_like(do))
     grid, options = plan[delta_du_local_kernel]
-    delta_du_local_kernel[grid](q, k, g, do, du, *decayed, *sizes, **options)
+    delta_du_local_kernel[grid](q, k, g, chunks, do, du, *decayed, *sizes, **options)
     k_walk, do_walk = (k, do) if g is None else decayed
     dh = torch.empty_like(h)
     ds0 = None if initial_state is None else torch.empty_like(initial_state)
     grid, options = plan[delta_states_bwd_kernel]
-    walk = (q, k_walk, w, g, do_walk, ds_final, dh, du, ds0)
+    walk = (q, k_walk, w, g, sequences, do_walk, ds_final, dh, du, ds0)
     delta_states_bwd_kernel[grid](*walk, *sizes, **options)
     del decayed, k_walk, do_walk
 
@@ -386,14 +419,14 @@ def delta_rule_bwd(q, k, v, beta, initial_state, do, ds_final, *, chunk_size, ar
     grid, options = plan[delta_dqk_kernel]
     dg_partial = None if g is None else g.new_empty(grid[0], *g.shape, dtype=torch.float32)
     delta_dqk_kernel[grid](
-        q, k, u, do, h, dh, du, g, dq, dk_partial, dw, dg_partial, *sizes, **options
+        q, k, u, do, h, dh, du, g, chunks, dq, dk_partial, dw, dg_partial, *sizes, **options
     )
     del u, h, dh  # the last kernel allocates dk and dv: free what it does not read
 
     dk, dv, dbeta = torch.empty_like(k), torch.empty_like(v), torch.empty_like(beta)
     dg = None if g is None else torch.empty_like(g)
     grid, options = plan[delta_wy_kernel]
-    inputs = (k, v, beta, a, w, u_free, dw, du, dk_partial, g, dg_partial)
+    inputs = (k, v, beta, a, w, u_free, dw, du, dk_partial, g, chunks, dg_partial)
     n_k = 0 if g is None else len(dg_partial)  # programs of delta_dqk_kernel along d_k
     delta_wy_kernel[grid](*inputs, dk, dv, dbeta, dg, n, n_k, d_k, d_v, chunk_size, **options)
     return dq, dk, dv, dbeta, ds0, dg

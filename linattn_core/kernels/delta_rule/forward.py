@@ -38,6 +38,16 @@ the walk keeps its state in float32.
 Layout: q, k `(B, H, N, K)`, v `(B, H, N, V)`, β `(B, H, N)`, the states at the chunks' starts
 `(B, H, NT, K, V)` (Sᵀ, as the products read them), the initial and final states `(B, H, V, K)`
 as in `linattn_core.delta`; all contiguous; K, V multiples of the tiles.
+
+Packed sequences (`linattn_core.packing`): S sequences in inputs `(1, H, N, ·)`, states
+`(S, H, V, K)`. Each kernel takes an optional work list, None without packing, which Triton
+specializes away as it does g: the chunk-parallel kernels `chunks` `(N // C + S, 3)`, rows
+(sequence, start, end) of `packing.chunk_indices` — program i_t takes the tokens start + j,
+j < C, masked at end (`chunk_span`): a chunk starts at its sequence's start + j·C, not at a
+multiple of C, and the programs after the last chunk return at once — and the walks
+`sequences` `(S, 3)`, rows (start, end, index of the first chunk), a program per sequence
+(`walk_span`), which store each chunk's state at the row the chunk-parallel kernels read:
+NT = N // C + S rows, sized from shapes alone, so that nothing is read back to the host.
 """
 
 import torch
@@ -113,6 +123,7 @@ def delta_prepare_kernel(
     v,  # [B, H, N, V]
     beta,  # [B, H, N]
     g,  # [B, H, N] the log-gates, or None (the delta rule)
+    chunks,  # [NT, 3] packed sequences' chunks (`packing.chunk_indices`), or None
     a,  # [B, H, NT·C, C] written when STORE_A: A of each chunk, its rows
     scratch,  # [B, H, NT·C, C/2] float32: each chunk's two diagonal blocks of N (may alias a)
     w,  # [B, H, N, K] written: W = A diag(β) K
@@ -129,9 +140,13 @@ def delta_prepare_kernel(
     in two blocks of R = C/2 rows. With gates, K Kᵀ ⊙ Γ ⊙ M⁻ and W = A diag(β exp(G)) K."""
     R: tl.constexpr = C // 2
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    start, end = chunk_span(chunks, i_t, N, C)
+    if chunks is not None:
+        if start >= end:  # a program after the last chunk: nothing to do
+            return
     o_r = tl.arange(0, R)
-    o_t0, o_t1 = i_t * C + o_r, i_t * C + R + o_r  # the chunk's two blocks of rows
-    m_t0, m_t1 = o_t0 < N, o_t1 < N
+    o_t0, o_t1 = start + o_r, start + R + o_r  # the chunk's two blocks of rows
+    m_t0, m_t1 = o_t0 < end, o_t1 < end
     b_beta0 = tl.load(beta + i_bh * N + o_t0, mask=m_t0, other=0.0).to(tl.float32)  # [R]
     b_beta1 = tl.load(beta + i_bh * N + o_t1, mask=m_t1, other=0.0).to(tl.float32)
     b_n00 = tl.zeros([R, R], dtype=tl.float32)  # K_r K_sᵀ, the three blocks on or below
@@ -155,7 +170,8 @@ def delta_prepare_kernel(
         b_n00 *= tl.exp(tl.where(below, b_g0[:, None] - b_g0[None, :], 0.0))
         b_n10 *= tl.exp(b_g1[:, None] - b_g0[None, :])
         b_n11 *= tl.exp(tl.where(below, b_g1[:, None] - b_g1[None, :], 0.0))
-    p_n = scratch + (i_bh * tl.cdiv(N, C) + i_t) * C * R  # this chunk's two blocks
+    NT = tl.cdiv(N, C) if chunks is None else tl.num_programs(0)
+    p_n = scratch + (i_bh * NT + i_t) * C * R  # this chunk's two blocks
     blocks = o_r[:, None] * R + o_r[None, :]
     tl.store(p_n + blocks, tl.where(below, b_beta0[:, None] * b_n00, 0.0))
     tl.store(p_n + R * R + blocks, tl.where(below, b_beta1[:, None] * b_n11, 0.0))
@@ -165,7 +181,7 @@ def delta_prepare_kernel(
     b_y10 = -dot(b_d1, dot(b_beta1[:, None] * b_n10, b_d0, None), None)  # −D_1 N_10 D_0
 
     if STORE_A:
-        p_a = a + (i_bh * tl.cdiv(N, C) * C + i_t * C + o_r[:, None]) * C + o_r[None, :]
+        p_a = a + (i_bh * NT * C + i_t * C + o_r[:, None]) * C + o_r[None, :]
         tl.store(p_a, b_d0.to(a.dtype.element_ty))
         tl.store(p_a + R, tl.zeros([R, R], dtype=a.dtype.element_ty))
         tl.store(p_a + R * C, b_y10.to(a.dtype.element_ty))
@@ -174,13 +190,44 @@ def delta_prepare_kernel(
     b_d1 = b_d1 * b_beta1[None, :]
     for i_v in range(V // BV):  # Ũ = A diag(β) V
         o_v = i_v * BV + tl.arange(0, BV)
-        apply_inverse(v, u, b_d0, b_y10, b_d1, i_bh, N, V, o_t0, o_v, R)
+        apply_inverse(v, u, b_d0, b_y10, b_d1, i_bh, N, end, V, o_t0, o_v, R)
     if g is not None:  # A diag(β exp(G))
         b_d0, b_y10 = b_d0 * tl.exp(b_g0)[None, :], b_y10 * tl.exp(b_g0)[None, :]
         b_d1 = b_d1 * tl.exp(b_g1)[None, :]
     for i_k in range(K // BK):  # W = A diag(β) K
         o_k = i_k * BK + tl.arange(0, BK)
-        apply_inverse(k, w, b_d0, b_y10, b_d1, i_bh, N, K, o_t0, o_k, R)
+        apply_inverse(k, w, b_d0, b_y10, b_d1, i_bh, N, end, K, o_t0, o_k, R)
+
+
+@triton.jit
+def chunk_span(chunks, i_t, N, C: tl.constexpr):
+    """The tokens start ≤ t < end of chunk i_t: i_t·C and N, or with the packed work list
+    `chunks` (`packing.chunk_indices`) its row i_t's: its sequence's start + j·C, and the
+    sequence's end (the rows after the last chunk: N and N, no token)."""
+    if chunks is None:
+        start, end = i_t * C, N
+    else:
+        start, end = tl.load(chunks + i_t * 3 + 1), tl.load(chunks + i_t * 3 + 2)
+    return start, end
+
+
+@triton.jit
+def walk_span(sequences, N, C: tl.constexpr):
+    """A walk's sequence: (its first token, its end, the index of its first chunk among all,
+    the number of chunks NT of the per-chunk tensors, the index of its states among the
+    (B·H or S·H) states). Unpacked: the program's head walks all N tokens, NT = ⌈N / C⌉; with
+    the packed work list `sequences` (S, 3), rows (start, end, first chunk), program
+    (·, head, s) walks sequence s, and NT = N // C + S (`packing.chunk_indices`)."""
+    i_bh = tl.program_id(1).to(tl.int64)
+    if sequences is None:
+        start, end, first, NT, i_state = 0, N, 0, tl.cdiv(N, C), i_bh
+    else:
+        i_s = tl.program_id(2).to(tl.int64)
+        start, end = tl.load(sequences + i_s * 3), tl.load(sequences + i_s * 3 + 1)
+        first = tl.load(sequences + i_s * 3 + 2)
+        NT = N // C + tl.num_programs(2)
+        i_state = i_s * tl.num_programs(1) + i_bh
+    return start, end, first, NT, i_state
 
 
 @triton.jit
@@ -199,10 +246,11 @@ def log_gates(g, i_bh, N, o_t, m_t):
 
 
 @triton.jit
-def apply_inverse(x, y, b_d0, b_y10, b_d1, i_bh, N, D, o_t0, o_d, R):
+def apply_inverse(x, y, b_d0, b_y10, b_d1, i_bh, N, end, D, o_t0, o_d, R):
     """Y = A diag(β) X on the columns o_d of X, Y `[B, H, N, D]`, with A diag(β) by blocks of R
-    rows (float32; X in the inputs' dtype, `split_dot`): Y_0 = D_0 X_0, Y_1 = Y_10 X_0 + D_1 X_1."""
-    m_t0, m_t1 = o_t0 < N, o_t0 + R < N
+    rows (float32; X in the inputs' dtype, `split_dot`): Y_0 = D_0 X_0, Y_1 = Y_10 X_0 + D_1 X_1,
+    on the chunk's rows before `end`."""
+    m_t0, m_t1 = o_t0 < end, o_t0 + R < end
     rows = (i_bh * N + o_t0[:, None]) * D + o_d[None, :]  # the first block's  [R, BD]
     b_x0 = tl.load(x + rows, mask=m_t0[:, None], other=0.0)
     b_x1 = tl.load(x + rows + R * D, mask=m_t1[:, None], other=0.0)
@@ -221,9 +269,10 @@ def delta_states_kernel(
     u_free,  # [B, H, N, V] Ũ, from delta_prepare_kernel
     u,  # [B, H, N, V] written: U = Ũ − W S_0ᵀ (u_free itself in the forward pass)
     g,  # [B, H, N] the log-gates, or None
-    s0,  # [B, H, V, K] the initial state, or None for zeros
+    sequences,  # [S, 3] packed sequences' (start, end, first chunk), or None
+    s0,  # [B, H, V, K] ([S, H, V, K] packed) the initial state, or None for zeros
     h,  # [B, H, NT, K, V] written: Sᵀ at every chunk's start
-    s_final,  # [B, H, V, K] written: the state after the last chunk
+    s_final,  # [B, H, V, K] ([S, H, V, K] packed) written: the state after the last chunk
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -232,20 +281,20 @@ def delta_states_kernel(
 ):
     """U = Ũ − W S_0ᵀ and S_C = S_0 + Uᵀ K over chunks t = 0, 1, …: BV rows of the state a
     program, held in registers (as Sᵀ `[K, BV]`) in float32. With gates,
-    S_C = exp(G_C) S_0 + Uᵀ diag(exp(G_C − G)) K."""
+    S_C = exp(G_C) S_0 + Uᵀ diag(exp(G_C − G)) K. Packed, a program walks one sequence."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    NT = tl.cdiv(N, C)
+    start, end, first, NT, i_state = walk_span(sequences, N, C)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
-    state = (i_bh * V + o_v[None, :]) * K + o_k[:, None]  # Sᵀ in a (V, K) state  [K, BV]
+    state = (i_state * V + o_v[None, :]) * K + o_k[:, None]  # Sᵀ in a (V, K) state  [K, BV]
     if s0 is None:
         b_s = tl.zeros([K, BV], dtype=tl.float32)
     else:
         b_s = tl.load(s0 + state).to(tl.float32)
-    for i_t in range(NT):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
-        p_h = h + ((i_bh * NT + i_t) * K + o_k[:, None]) * V + o_v[None, :]
+    for i_t in range(tl.cdiv(end - start, C)):
+        o_t = start + i_t * C + tl.arange(0, C)
+        m_t = o_t < end
+        p_h = h + ((i_bh * NT + first + i_t) * K + o_k[:, None]) * V + o_v[None, :]
         tl.store(p_h, b_s.to(p_h.dtype.element_ty))
         rows = (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
         b_w = tl.load(
@@ -274,6 +323,7 @@ def delta_output_kernel(
     u,  # [B, H, N, V] the corrections U, from delta_states_kernel
     h,  # [B, H, NT, K, V] Sᵀ at the chunks' starts
     g,  # [B, H, N] the log-gates, or None
+    chunks,  # [NT, 3] packed sequences' chunks, or None
     o,  # [B, H, N, V] written
     N,
     K: tl.constexpr,
@@ -285,9 +335,13 @@ def delta_output_kernel(
     """O = Q S_0ᵀ + (Q Kᵀ ⊙ M) U: one chunk, BV value columns. With gates,
     O = diag(exp(G)) Q S_0ᵀ + (Q Kᵀ ⊙ Γ ⊙ M) U."""
     i_v, i_t, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    NT = tl.cdiv(N, C)
-    o_t = i_t * C + tl.arange(0, C)
-    m_t = o_t < N
+    NT = tl.cdiv(N, C) if chunks is None else tl.num_programs(1)
+    start, end = chunk_span(chunks, i_t, N, C)
+    if chunks is not None:
+        if start >= end:  # a program after the last chunk: nothing to do
+            return
+    o_t = start + tl.arange(0, C)
+    m_t = o_t < end
     o_v = i_v * BV + tl.arange(0, BV)
     b_o = tl.zeros([C, BV], dtype=tl.float32)  # Q S_0ᵀ
     b_a = tl.zeros([C, C], dtype=tl.float32)  # q_i·k_j within the chunk
@@ -312,15 +366,16 @@ def delta_output_kernel(
 
 
 @per_shape
-def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False):
+def delta_plan(batch, heads, n, d_k, d_v, dtype, chunk_size, arch, gated=False, sequences=None):
     """The launches of the forward kernels, decided once per shape (and `gated`, the gated delta
-    rule's, `gated_options`): {kernel: (grid, launch options)}."""
-    n_chunks, bh = -(-n // chunk_size), batch * heads
+    rule's, `gated_options`; `sequences`, the number S of packed sequences, or None):
+    {kernel: (grid, launch options)}."""
+    n_chunks, bh = chunk_count(n, chunk_size, sequences), batch * heads
     kernels = (delta_prepare_kernel, delta_states_kernel, delta_output_kernel)
     prepare, states, output = (tiles(kernel, arch, d_k, d_v, dtype) for kernel in kernels)
     plan = {
         delta_prepare_kernel: ((n_chunks, bh), prepare.launch_options),
-        delta_states_kernel: walk_launch(states, d_v, bh),
+        delta_states_kernel: walk_launch(states, d_v, bh, sequences),
         delta_output_kernel: ((d_v // output.block_v, n_chunks, bh), output.launch_options),
     }
     return gated_options(plan, arch, d_k, d_v, dtype) if gated else plan
@@ -341,51 +396,70 @@ def gated_options(plan, arch, d_k, d_v, dtype):
     return gated
 
 
-def walk_launch(tile, d_v, bh):
+def walk_launch(tile, d_v, bh, sequences=None):
     """(grid, launch options) of a walk over the chunks, a program per head and value tile (the
-    states kernels, which take the whole features: no BK)."""
-    return (d_v // tile.block_v, bh), {"BV": tile.block_v} | tile.run_options
+    states kernels, which take the whole features: no BK), and per sequence of S = `sequences`
+    packed ones unless None."""
+    grid = (d_v // tile.block_v, bh) + (() if sequences is None else (sequences,))
+    return grid, {"BV": tile.block_v} | tile.run_options
 
 
-def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch, g=None):
+def chunk_count(n, chunk_size, sequences=None):
+    """NT, the chunks of the per-chunk tensors and grids: ⌈N / C⌉, or for S = `sequences` packed
+    sequences N // C + S, a bound known from shapes alone (`packing.chunk_indices`)."""
+    return -(-n // chunk_size) if sequences is None else n // chunk_size + sequences
+
+
+def delta_rule_fwd(q, k, v, beta, initial_state, *, chunk_size, arch, g=None, packing=None):
     """The delta rule's forward pass: (o `(B, H, N, V)`, the final state `(B, H, V, K)`), both in
     v's dtype. Inputs contiguous; `initial_state` `(B, H, V, K)` or None; `g` the log-gates
-    `(B, H, N)` of the gated delta rule, or None."""
+    `(B, H, N)` of the gated delta rule, or None. `packing`: None, or for S sequences packed in
+    inputs `(1, H, N, ·)` the work lists (chunks `(N // C + S, 3)`, sequences `(S, 3)`) of
+    `function.packed_work`; the states are then `(S, H, V, K)`."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
-    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
-    _, w, u = delta_prepare(k, v, beta, g, chunk_size=chunk_size, arch=arch, plan=plan)
-    h, final = delta_states(k, w, u, u, g, initial_state, chunk_size=chunk_size, plan=plan)
+    chunks, sequences = packing or (None, None)
+    count = None if packing is None else len(sequences)
+    plan = delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None, count)
+    options = {"chunk_size": chunk_size, "plan": plan, "packing": packing}
+    _, w, u = delta_prepare(k, v, beta, g, arch=arch, **options)
+    h, final = delta_states(k, w, u, u, g, initial_state, **options)
     del w
     o = torch.empty_like(v)
     grid, options = plan[delta_output_kernel]
-    delta_output_kernel[grid](q, k, u, h, g, o, n, d_k, d_v, chunk_size, **options)
+    delta_output_kernel[grid](q, k, u, h, g, chunks, o, n, d_k, d_v, chunk_size, **options)
     return o, final
 
 
-def delta_states(k, w, u_free, u, g, initial_state, *, chunk_size, plan):
+def delta_states(k, w, u_free, u, g, initial_state, *, chunk_size, plan, packing=None):
     """Launch `delta_states_kernel`, which writes U into `u` (which may be `u_free`, Ũ): (the
-    states Sᵀ at the chunks' starts `(B, H, NT, K, V)`, the final state `(B, H, V, K)`), in u's
-    dtype. `g`: the log-gates, or None."""
+    states Sᵀ at the chunks' starts `(B, H, NT, K, V)`, the final state `(B, H, V, K)`, or
+    `(S, H, V, K)` with `packing`), in u's dtype. `g`: the log-gates, or None."""
     batch, heads, n, d_k = k.shape
     d_v = u.shape[-1]
-    h = u.new_empty(batch, heads, -(-n // chunk_size), d_k, d_v)
-    final = u.new_empty(batch, heads, d_v, d_k)
+    sequences = None if packing is None else packing[1]
+    count = None if packing is None else len(sequences)
+    h = u.new_empty(batch, heads, chunk_count(n, chunk_size, count), d_k, d_v)
+    final = u.new_empty(batch if packing is None else count, heads, d_v, d_k)
     grid, options = plan[delta_states_kernel]
     delta_states_kernel[grid](
-        k, w, u_free, u, g, initial_state, h, final, n, d_k, d_v, chunk_size, **options
-    )
+        k, w, u_free, u, g, sequences, initial_state, h, final, n, d_k, d_v, chunk_size,
+        **options,
+    )  # fmt: skip
     return h, final
 
 
-def delta_prepare(k, v, beta, g=None, *, chunk_size, arch, store_a=False, plan=None):
+def delta_prepare(k, v, beta, g=None, *, chunk_size, arch, store_a=False, plan=None, packing=None):
     """Launch `delta_prepare_kernel`: (A `(B, H, NT·C, C)` in k's dtype when `store_a`, else
     None; W; Ũ) for every chunk, gated by the log-gates `g` unless None. `plan`: `delta_plan`'s
-    for these inputs (made when None)."""
+    for these inputs (made when None); `packing`: as `delta_rule_fwd` takes it."""
     batch, heads, n, d_k = k.shape
     d_v = v.shape[-1]
-    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, g is not None)
-    rows = (batch, heads, -(-n // chunk_size) * chunk_size)
+    chunks, sequences = packing or (None, None)
+    count = None if packing is None else len(sequences)
+    gated = g is not None
+    plan = plan or delta_plan(batch, heads, n, d_k, d_v, v.dtype, chunk_size, arch, gated, count)
+    rows = (batch, heads, chunk_count(n, chunk_size, count) * chunk_size)
     a = k.new_empty(*rows, chunk_size) if store_a else None
     if store_a and a.element_size() == 2:  # a 16-bit A has the bytes of the float32 blocks
         scratch = a.view(torch.float32)
@@ -394,6 +468,7 @@ def delta_prepare(k, v, beta, g=None, *, chunk_size, arch, store_a=False, plan=N
     w, u = torch.empty_like(k), torch.empty_like(v)
     grid, options = plan[delta_prepare_kernel]
     delta_prepare_kernel[grid](
-        k, v, beta, g, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a, **options
-    )
+        k, v, beta, g, chunks, a, scratch, w, u, n, d_k, d_v, chunk_size, STORE_A=store_a,
+        **options,
+    )  # fmt: skip
     return a, w, u

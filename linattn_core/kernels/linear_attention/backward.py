@@ -30,6 +30,9 @@ ONE_WALK_CHUNKS chunks, `forward.py`) in one launch and no sums: its programs wa
 from the initial state, then back for dk and again for dv, D and y starting from the final state's
 gradient and gaining each chunk after its use, so that they end as the initial state's gradient.
 The host's work of a pass over 1024 tokens is then two launches (`tools.launches.host_work`).
+Packed sequences (`cu_seqlens`) always take this walk, one program per sequence and head and
+state tile, over its own chunks from its first token, as in the forward pass
+(`forward.sequence_walk`): the states and their gradients are `(S, H, ·)`.
 
 The launcher computes g·o = −a with one product and one sum of torch (g in the inputs' dtype
 times the float32 o computes in float32); the kernels negate it as they load it.
@@ -64,6 +67,7 @@ from linattn_core.kernels.linear_attention.forward import (
     dot_state,
     initial_state,
     segment_length,
+    sequence_walk,
     state_tile,
     store_state,
 )
@@ -164,13 +168,14 @@ def store_chunk(x, b_x, row, o_t, m_t, o_c, N, W: tl.constexpr):
 
 @triton.jit
 def dq_step(
-    k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, out, first, o_k, o_v, causal, N,
+    k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, out, first, o_k, o_v, causal, bos, eos, N,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NORMALIZE: tl.constexpr,
 ):  # fmt: skip
     """Chunk i_t of a walk for dq: its rows of dq (`chunk_dq`, into rows `out`) from S_t, z_t,
-    which it returns as S_{t+1}, z_{t+1}. The terms in a belong to the `first` value tile."""
-    o_t = i_t * C + tl.arange(0, C)
-    m_t = o_t < N
+    which it returns as S_{t+1}, z_{t+1}. The terms in a belong to the `first` value tile. The
+    walk's tokens are bos ≤ t < eos, chunk i_t starting at bos + i_t·C (`sequence_walk`)."""
+    o_t = bos + i_t * C + tl.arange(0, C)
+    m_t = o_t < eos
     b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
     b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
     b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
@@ -188,7 +193,7 @@ def dq_step(
 
 @triton.jit
 def dk_step(
-    q, v, do, rden, go, dk, b_d, b_y, i_t, i_bh, out, first, o_k, o_v, causal, N,
+    q, v, do, rden, go, dk, b_d, b_y, i_t, i_bh, out, first, o_k, o_v, causal, bos, eos, N,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NORMALIZE: tl.constexpr,
     LEAVES: tl.constexpr,
 ):  # fmt: skip
@@ -197,8 +202,8 @@ def dk_step(
     those after, and the chunk leaves them before its use; else (a walk back) they come in as
     D_t, y_t and the chunk joins them after its use, to return D_{t−1}, y_{t−1}. The terms in a
     and y belong to the `first` value tile."""
-    o_t = i_t * C + tl.arange(0, C)
-    m_t = o_t < N
+    o_t = bos + i_t * C + tl.arange(0, C)
+    m_t = o_t < eos
     b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
     b_v = load_chunk(v, i_bh, o_t, m_t, o_v, N, V)
     b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
@@ -221,14 +226,14 @@ def dk_step(
 
 @triton.jit
 def dv_step(
-    q, k, do, rden, dv, b_d, i_t, i_bh, out, o_k, o_v, after, N,
+    q, k, do, rden, dv, b_d, i_t, i_bh, out, o_k, o_v, after, bos, eos, N,
     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, NORMALIZE: tl.constexpr,
     LEAVES: tl.constexpr,
 ):  # fmt: skip
     """Chunk i_t of a walk for dv: its rows of dv (`chunk_dv`, into rows `out`) from D_t, which
     comes in and goes out as in `dk_step`."""
-    o_t = i_t * C + tl.arange(0, C)
-    m_t = o_t < N
+    o_t = bos + i_t * C + tl.arange(0, C)
+    m_t = o_t < eos
     b_q = load_chunk(q, i_bh, o_t, m_t, o_k, N, K)
     b_k = load_chunk(k, i_bh, o_t, m_t, o_k, N, K)
     b_do = load_chunk(do, i_bh, o_t, m_t, o_v, N, V)
@@ -350,7 +355,7 @@ def segment_dq_kernel(
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
         b_h, b_z = dq_step(
-            k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, out, first, o_k, o_v, causal, N,
+            k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, out, first, o_k, o_v, causal, 0, N, N,
             K, V, C, NORMALIZE,
         )  # fmt: skip
 
@@ -395,7 +400,7 @@ def segment_dk_kernel(
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
         b_d, b_y = dk_step(
-            q, v, do, rden, go, dk, b_d, b_y, i_t, i_bh, out, first, o_k, o_v, causal, N,
+            q, v, do, rden, go, dk, b_d, b_y, i_t, i_bh, out, first, o_k, o_v, causal, 0, N, N,
             K, V, C, NORMALIZE, LEAVES=True,
         )  # fmt: skip
 
@@ -432,8 +437,8 @@ def segment_dv_kernel(
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
     for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
         b_d = dv_step(
-            q, k, do, rden, dv, b_d, i_t, i_bh, out, o_k, o_v, after, N, K, V, C, NORMALIZE,
-            LEAVES=True,
+            q, k, do, rden, dv, b_d, i_t, i_bh, out, o_k, o_v, after, 0, N, N, K, V, C,
+            NORMALIZE, LEAVES=True,
         )  # fmt: skip
 
 
@@ -458,6 +463,7 @@ def walk_bwd_kernel(
     dq,  # [B, H, N, K] written, or [V/BV, B, H, N, K] float32: each value tile's share
     dk,  # [B, H, N, K] likewise
     dv,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's share
+    cu_seqlens,  # [S + 1] int64: B = 1 holds S packed sequences, one a program; or None
     N,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -472,42 +478,45 @@ def walk_bwd_kernel(
     starting from the final state's gradient and gaining each chunk after its use, so that they
     end as the initial state's gradient; and back again for dv (`chunk_dv`). Nothing is added up
     before the walks, and the backward pass is this one launch. (dk and dv in one walk back
-    would hold both products' tiles at once: more than a thread's 255 registers on sm_90.)"""
-    i_kv, i_bh = tl.program_id(0), tl.program_id(2).to(tl.int64)
+    would hold both products' tiles at once: more than a thread's 255 registers on sm_90.)
+    Packed inputs (cu_seqlens): the program walks sequence program_id(1) of head i_bh, its
+    states (and their gradients) row i_n of `(S, H, ·)` (`sequence_walk`)."""
+    i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
-    NT = tl.cdiv(N, C)
+    i_n, bos, eos, _, _ = sequence_walk(cu_seqlens, i_s, i_bh, N, 1, C)
+    NT = tl.cdiv(eos - bos, C)  # the walk's chunks: all of its sequence's
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     first = i_v == 0  # a and y belong to the first value tile's shares of dq and dk
     rows_q, rows_v = i_v * tl.num_programs(2) + i_bh, i_k * tl.num_programs(2) + i_bh
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
-    b_h, b_z = state_tile(h0, z0, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)  # S_t, z_t
+    b_h, b_z = state_tile(h0, z0, i_n, o_k, o_v, K, V, BK, BV, NORMALIZE)  # S_t, z_t
     for i_t in range(0, NT):
         b_h, b_z = dq_step(
-            k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, rows_q, first, o_k, o_v, causal, N,
-            K, V, C, NORMALIZE,
+            k, v, do, rden, go, dq, b_h, b_z, i_t, i_bh, rows_q, first, o_k, o_v, causal, bos,
+            eos, N, K, V, C, NORMALIZE,
         )  # fmt: skip
-    b_d, b_y = state_tile(dhn, dzn, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)  # D_t, y_t
+    b_d, b_y = state_tile(dhn, dzn, i_n, o_k, o_v, K, V, BK, BV, NORMALIZE)  # D_t, y_t
     b_y = tl.where(first, b_y, 0.0)
     for i_back in range(0, NT):
         b_d, b_y = dk_step(
             q, v, do, rden, go, dk, b_d, b_y, NT - 1 - i_back, i_bh, rows_q, first, o_k, o_v,
-            causal, N, K, V, C, NORMALIZE, LEAVES=False,
+            causal, bos, eos, N, K, V, C, NORMALIZE, LEAVES=False,
         )  # fmt: skip
     if dh0 is not None:
-        store_state(dh0, dz0, b_d, b_y, i_bh, o_k, o_v, i_v, K, V)
-    b_d, _ = state_tile(dhn, None, i_bh, o_k, o_v, K, V, BK, BV, False)  # D_t again, for dv
+        store_state(dh0, dz0, b_d, b_y, i_n, o_k, o_v, i_v, K, V)
+    b_d, _ = state_tile(dhn, None, i_n, o_k, o_v, K, V, BK, BV, False)  # D_t again, for dv
     after = tl.arange(0, C)[:, None] <= tl.arange(0, C)[None, :]  # [j, i]: query i at or after j
     for i_back in range(0, NT):
         b_d = dv_step(
-            q, k, do, rden, dv, b_d, NT - 1 - i_back, i_bh, rows_v, o_k, o_v, after, N, K, V, C,
-            NORMALIZE, LEAVES=False,
+            q, k, do, rden, dv, b_d, NT - 1 - i_back, i_bh, rows_v, o_k, o_v, after, bos, eos,
+            N, K, V, C, NORMALIZE, LEAVES=False,
         )  # fmt: skip
 
 
 def chunk_linear_attention_bwd(
     q, k, v, o, rden, do, initial_state=None, final_state_grad=None, *, chunk_size, arch,
-    segment=None, initial_state_grad=False,
+    segment=None, initial_state_grad=False, cu_seqlens=None,
 ):  # fmt: skip
     """Gradients of causal linear attention for the output gradient `do` (and the final state's
     gradient): (dq, dk, dv, (∂L/∂S_0 `(B, H, V, K)`, ∂L/∂z_0 `(B, H, K)` or None) in float32
@@ -525,13 +534,20 @@ def chunk_linear_attention_bwd(
     joins the backward state D (and y) after the last chunk: it is added to the last row of the
     prefix sums, which every walk of dk and dv starts from (or starts the walk back of one
     segment), and ∂L/∂S_0 is D before the first token.
+
+    `cu_seqlens` (int64 `(S + 1,)` on the inputs' device, values unchecked; B = 1): S packed
+    sequences, each walked there and back by `walk_bwd_kernel`'s programs of one sequence and
+    head, whatever its length; the states and their gradients `(S, H, ·)`. Nothing is read on
+    the host.
     """
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
     normalize = rden is not None
+    sequences = None if cu_seqlens is None else cu_seqlens.shape[0] - 1
     segment, launches = backward_plan(
-        batch, heads, n, d_k, d_v, v.dtype, multiprocessors(v.device), chunk_size, arch, segment
-    )
+        batch, heads, n, d_k, d_v, v.dtype, multiprocessors(v.device), chunk_size, arch, segment,
+        sequences,
+    )  # fmt: skip
     go = (do * o).sum(dim=-1) if normalize else None  # g·o = −a (B, H, N), float32 as o
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
@@ -554,16 +570,17 @@ def chunk_linear_attention_bwd(
     d_final, y_final = final_state_grad or (None, None)
     if walk_bwd_kernel in launches:  # one walk there and back: no sums
         dh0 = dz0 = None
+        states = batch if sequences is None else sequences
         if initial_state_grad:
-            dh0 = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
-            dz0 = q.new_empty(batch, heads, d_k, dtype=torch.float32) if normalize else None
+            dh0 = v.new_empty(states, heads, d_v, d_k, dtype=torch.float32)
+            dz0 = q.new_empty(states, heads, d_k, dtype=torch.float32) if normalize else None
         if d_final is not None:
             d_final = d_final.contiguous()
         if y_final is not None:
             y_final = y_final.contiguous()
         launch(
             walk_bwd_kernel, q, k, v, do, rden, go, h0, z0, d_final, y_final, dh0, dz0,
-            outputs=(dq, dk, dv), sizes=(n,),
+            outputs=(dq, dk, dv), sizes=(cu_seqlens, n),
         )  # fmt: skip
         return dq, dk, dv, (dh0, dz0) if initial_state_grad else None
 
@@ -602,21 +619,27 @@ SEGMENTS = {
 
 
 @per_shape
-def backward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
+def backward_plan(
+    batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment, sequences=None
+):  # fmt: skip
     """The launch decisions of a backward pass, made once per shape and GPU (`sms`
     multiprocessors): (chunks per segment, {kernel: (grid, launch options, the shares each
     gradient it writes is cut into)}), the kernels of one walk (`walk_bwd_kernel`, a sequence
-    of one segment) or of segments."""
+    of one segment) or of segments. Packed inputs of `sequences` sequences (batch 1): one walk
+    per sequence, the grid (tiles, sequences, heads)."""
     tile = tiles(segment_dq_kernel, arch, d_k, d_v, dtype)
     n_chunks = -(-n // chunk_size)
-    programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
-    segment = segment or segment_length(n_chunks, programs, sms)
-    n_segments = -(-n_chunks // segment)
+    if sequences is None:
+        programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
+        segment = segment or segment_length(n_chunks, programs, sms)
+        n_segments = walks = -(-n_chunks // segment)
+    else:
+        segment, n_segments, walks = max(n_chunks, 1), 1, sequences
     launches = {}
     for kernel, overs in (WALK if n_segments == 1 else SEGMENTS).items():
         tile = tiles(kernel, arch, d_k, d_v, dtype)
         tiles_k, tiles_v = d_k // tile.block_k, d_v // tile.block_v
         shares = tuple(tiles_k if over == "k" else tiles_v for over in overs)
-        grid = (tiles_k * tiles_v, n_segments, batch * heads)
+        grid = (tiles_k * tiles_v, walks, batch * heads)
         launches[kernel] = (grid, tile.launch_options, shares)
     return segment, launches

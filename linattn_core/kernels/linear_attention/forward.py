@@ -29,6 +29,18 @@ walk, which starts from (S_0, z_0) itself and ends with the final state, and the
 launch. Its time is the host's: each launch costs the host about 29 µs (measured on an H200's
 host, `figures/gpu/*/host.json`), more than a walk of 16 chunks takes the GPU (19 µs).
 
+Packed sequences (`cu_seqlens`, S sequences in a batch of 1, `linattn_core.packing`): each
+program of `segment_output_kernel` walks one whole sequence of one head from that sequence's
+initial state, its chunks starting at the sequence's first token (bos + j·C, not a multiple of
+C), so that no chunk crosses a boundary, and writes its final state (`sequence_walk`); the grid
+is (tiles, S, H), known from shapes, and nothing is read on the host. One walk a sequence rather
+than segments: segments would need each sequence's own prefix sums, a work list of (sequence,
+segment) rows built on the device and a grid sized for the worst case, while the walk is the
+tested one-walk path that unpacked sequences of up to ONE_WALK_CHUNKS chunks take, with S·H
+programs where an unpacked pass has B·H. Its cost: the sequential depth of the longest
+sequence, ⌈n_max / C⌉ chunks, where segments would bound it (a single long sequence packed alone
+is slower than unpacked; packing is for many sequences).
+
 Precision: the matrix products take 16-bit inputs as they are, on their own tensor cores, and
 float32 inputs as three TF32 products (`dot`); all accumulate in float32, and the states stay
 float32 in registers. A state enters a product as a 16-bit operand: for float16, whose range
@@ -173,6 +185,23 @@ def initial_state(
             tl.store(zs + row * K + o_k, b_z)
 
 
+@triton.jit
+def sequence_walk(cu_seqlens, i_s, i_bh, N, L, C: tl.constexpr):
+    """What program (i_s, head i_bh) walks: (the row i_n of its states, its tokens bos ≤ t <
+    eos, its chunks first ≤ i_t < end, chunk i_t being the tokens from bos + i_t·C). Unpacked
+    (cu_seqlens None): segment i_s of L chunks of batch row and head i_bh, whose state is row
+    i_bh. Packed: the whole of sequence i_s, cu_seqlens[i_s] ≤ t < cu_seqlens[i_s + 1], of head
+    i_bh (batch 1), whose state is row i_s·H + i_bh of `(S, H, ·)`; its chunks start at the
+    sequence's start, not at multiples of C, so no chunk crosses a boundary."""
+    if cu_seqlens is not None:
+        bos = tl.load(cu_seqlens + i_s)
+        eos = tl.load(cu_seqlens + i_s + 1)
+        i_n, first, end = i_s * tl.num_programs(2) + i_bh, 0, tl.cdiv(eos - bos, C)
+    else:
+        i_n, bos, eos, first, end = i_bh, 0, N, i_s * L, tl.minimum(i_s * L + L, tl.cdiv(N, C))
+    return i_n, bos, eos, first, end
+
+
 @tile_rule(widest=(64, 32, 16))
 @triton.jit(do_not_specialize=["N", "L"])
 def segment_output_kernel(
@@ -188,6 +217,7 @@ def segment_output_kernel(
     o,  # [B, H, N, V] written, or [K/BK, B, H, N, V] float32: each feature tile's numerator
     o32,  # [B, H, N, V] float32 written when given (one feature tile): o before its rounding
     rden,  # [B, H, N] float32 r, or [K/BK, B, H, N]: each feature tile's denominator
+    cu_seqlens,  # [S + 1] int64: B = 1 holds S packed sequences, one a program; or None
     N,
     L,
     eps,
@@ -205,9 +235,10 @@ def segment_output_kernel(
     numerator and of the denominator (sums over its features), which the launcher adds up."""
     i_kv, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_v = i_kv // (V // BV), i_kv % (V // BV)
-    NT, NS = tl.cdiv(N, C), tl.cdiv(tl.cdiv(N, C), L)
+    NS = tl.cdiv(tl.cdiv(N, C), L)
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
+    i_n, bos, eos, first, end = sequence_walk(cu_seqlens, i_s, i_bh, N, L, C)
     if hs is not None:  # the state before this segment (prefix sums, by the launcher)
         row = i_bh * (NS + 1) + i_s
         b_h = tl.load(hs + (row * K + o_k[:, None]) * V + o_v[None, :])  # S_t, this tile
@@ -215,12 +246,12 @@ def segment_output_kernel(
         if NORMALIZE:
             b_z += tl.load(zs + row * K + o_k)
     else:
-        b_h, b_z = state_tile(h0, z0, i_bh, o_k, o_v, K, V, BK, BV, NORMALIZE)
+        b_h, b_z = state_tile(h0, z0, i_n, o_k, o_v, K, V, BK, BV, NORMALIZE)
     out = i_k * tl.num_programs(2) + i_bh  # this feature tile's rows of o and rden
     causal = tl.arange(0, C)[:, None] >= tl.arange(0, C)[None, :]  # key j at or before query i
-    for i_t in range(i_s * L, tl.minimum(i_s * L + L, NT)):
-        o_t = i_t * C + tl.arange(0, C)
-        m_t = o_t < N
+    for i_t in range(first, end):
+        o_t = bos + i_t * C + tl.arange(0, C)
+        m_t = o_t < eos
         p_q = q + (i_bh * N + o_t[:, None]) * K + o_k[None, :]  # [C, BK]
         p_k = k + (i_bh * N + o_t[None, :]) * K + o_k[:, None]  # kᵀ [BK, C]
         p_v = v + (i_bh * N + o_t[:, None]) * V + o_v[None, :]  # [C, BV]
@@ -244,7 +275,7 @@ def segment_output_kernel(
             tl.store(o32 + rows, b_o, mask=m_t[:, None])
         b_h = dot(b_k, b_v, b_h)  # S_{t+1} = S_t + k_tᵀ v_t
     if hn is not None:
-        store_state(hn, zn, b_h, b_z, i_bh, o_k, o_v, i_v, K, V)
+        store_state(hn, zn, b_h, b_z, i_n, o_k, o_v, i_v, K, V)
 
 
 def segment_length(n_chunks, programs_per_segment, multiprocessor_count):
@@ -266,15 +297,19 @@ def segment_length(n_chunks, programs_per_segment, multiprocessor_count):
 
 
 @per_shape
-def forward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment):
+def forward_plan(batch, heads, n, d_k, d_v, dtype, sms, chunk_size, arch, segment, sequences=None):
     """The launch decisions of a forward pass, made once per shape and GPU (`sms`
     multiprocessors; they read no tensor): the output kernel's launch options, the feature
     tiles `split` it is cut into, the chunks per segment (`segment`, or `segment_length`'s),
     the grid, and for a sequence of several segments the sums kernel's options, grid and
-    number of segments (else None)."""
+    number of segments (else None). Packed inputs of `sequences` sequences (batch 1) are one
+    walk per sequence: `sequences` programs in the grid's place of the segments, no sums."""
     tile = tiles(segment_output_kernel, arch, d_k, d_v, dtype)
     n_chunks = -(-n // chunk_size)
     split = d_k // tile.block_k
+    if sequences is not None:
+        grid = (split * d_v // tile.block_v, sequences, heads)
+        return tile.launch_options, split, max(n_chunks, 1), grid, None
     programs = batch * heads * d_k * d_v // tile.block_k // tile.block_v
     segment = segment or segment_length(n_chunks, programs, sms)
     n_segments = -(-n_chunks // segment)
@@ -311,7 +346,7 @@ def segment_sums(k, v, initial_state=None, *, normalize, chunk_size, segment, ar
 
 def chunk_linear_attention_fwd(
     q, k, v, initial_state=None, *, normalize, eps, chunk_size, arch, segment=None,
-    keep_float32=False, final_state=False,
+    keep_float32=False, final_state=False, cu_seqlens=None,
 ):  # fmt: skip
     """Causal linear attention forward: (o `(B, H, N, V)` in v's dtype, r `(B, H, N)` float32 or
     None, o in float32 or None, the final state (S `(B, H, V, K)`, z `(B, H, K)` or None) in
@@ -320,18 +355,26 @@ def chunk_linear_attention_fwd(
     `arch` selects the tiles (`tiles.py`); `segment` chunks per segment (default
     `segment_length`); `keep_float32` asks for o before its rounding to v's dtype too
     (normalized attention's backward pass computes a_i = −g_i·o_i from it: a 16-bit o would lose
-    to rounding what the gradient of φ(q) keeps after a cancellation)."""
+    to rounding what the gradient of φ(q) keeps after a cancellation).
+
+    `cu_seqlens` (int64 `(S + 1,)` on the inputs' device, values unchecked; B = 1): S packed
+    sequences, each walked whole from its own initial state by one program per head and state
+    tile (`sequence_walk`), the states `(S, H, ·)`. Nothing is read on the host: the grid is
+    (tiles, S, H), from shapes alone."""
     batch, heads, n, d_k = q.shape
     d_v = v.shape[-1]
+    sequences = None if cu_seqlens is None else cu_seqlens.shape[0] - 1
     options, split, segment, grid, sums = forward_plan(
-        batch, heads, n, d_k, d_v, v.dtype, multiprocessors(v.device), chunk_size, arch, segment
-    )
+        batch, heads, n, d_k, d_v, v.dtype, multiprocessors(v.device), chunk_size, arch, segment,
+        sequences,
+    )  # fmt: skip
     h0, z0 = initial_state or (None, None)
     if sums is None:  # one walk from (S_0, z_0), which writes the final state
         hs = zs = hn = zn = None
+        states = batch if sequences is None else sequences
         if final_state:
-            hn = v.new_empty(batch, heads, d_v, d_k, dtype=torch.float32)
-            zn = q.new_empty(batch, heads, d_k, dtype=torch.float32) if normalize else None
+            hn = v.new_empty(states, heads, d_v, d_k, dtype=torch.float32)
+            zn = q.new_empty(states, heads, d_k, dtype=torch.float32) if normalize else None
         final = (hn, zn) if final_state else None
     else:
         hs, zs = segment_sums(
@@ -352,8 +395,8 @@ def chunk_linear_attention_fwd(
         o = v.new_empty(split, batch, heads, n, d_v, dtype=torch.float32)
         rden = q.new_empty(split, batch, heads, n, dtype=torch.float32) if normalize else None
     segment_output_kernel[grid](
-        q, k, v, hs, zs, h0, z0, hn, zn, o, o32, rden, n, segment, eps, d_k, d_v, chunk_size,
-        NORMALIZE=normalize, **options,
+        q, k, v, hs, zs, h0, z0, hn, zn, o, o32, rden, cu_seqlens, n, segment, eps, d_k, d_v,
+        chunk_size, NORMALIZE=normalize, **options,
     )  # fmt: skip
     if split == 1:
         return o, rden, o32 if o32 is not None else (o if keep_float32 else None), final

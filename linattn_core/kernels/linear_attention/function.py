@@ -19,6 +19,8 @@ of ones),
 chunk by chunk, recomputing the forward states instead of storing them: O(N(d + d_v)) memory.
 """
 
+import math
+
 import torch
 
 from linattn_core.kernels.common import check_kernel_inputs, device_arch
@@ -33,23 +35,25 @@ from linattn_core.kernels.layout import (
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import kernel_chunk
-from linattn_core.validation import check_attention_inputs, check_eps
+from linattn_core.validation import check_attention_inputs, check_cu_seqlens_values, check_eps
 
 
-def linear_forward(q, k, v, s0, z0, normalize, eps, chunk_size, final, keep):
+def linear_forward(q, k, v, s0, z0, normalize, eps, chunk_size, final, keep, cu_seqlens=None):
     """The forward pass on contiguous `(B, H, N, ·)` inputs: (o, o in float32 for the backward
     pass when `keep` (o itself for float32 inputs) else None, r `(B, H, N)` float32 or None
-    (not normalized), S_N and z_N in v's dtype, or None when not `final`)."""
+    (not normalized), S_N and z_N in v's dtype, or None when not `final`). With `cu_seqlens`
+    (S + 1 boundaries, B = 1), S packed sequences and their states `(S, H, ·)`."""
     options = {"chunk_size": kernel_chunk(chunk_size, v.dtype), "arch": device_arch(v.device)}
     if not has_work(v):  # no tokens or no heads: the state passes through
         if not final:
             return torch.empty_like(v), None, None, None, None
-        s_n = passed_state(s0, (*v.shape[:2], v.shape[-1], q.shape[-1]), v)
-        z_n = passed_state(z0, q.shape[:2] + q.shape[3:], q) if normalize else None
+        states = state_rows(v, cu_seqlens)
+        s_n = passed_state(s0, (*states, v.shape[-1], q.shape[-1]), v)
+        z_n = passed_state(z0, (*states, q.shape[-1]), q) if normalize else None
         return torch.empty_like(v), None, None, s_n, z_n
     o, rden, o32, final_state = chunk_linear_attention_fwd(
         q, k, v, None if s0 is None else (s0, z0), normalize=normalize, eps=eps,
-        keep_float32=keep, final_state=final, **options,
+        keep_float32=keep, final_state=final, cu_seqlens=cu_seqlens, **options,
     )  # fmt: skip
     if not final:
         return o, o32, rden, None, None
@@ -57,11 +61,19 @@ def linear_forward(q, k, v, s0, z0, normalize, eps, chunk_size, final, keep):
     return o, o32, rden, s_n.to(v.dtype), None if z_n is None else z_n.to(v.dtype)
 
 
-def linear_backward(q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chunk_size):
+def state_rows(v, cu_seqlens):
+    """The batch dimensions of the states of `(B, H, N, ·)` inputs: (B, H), or (S, H) for S
+    sequences packed by `cu_seqlens` (S + 1 boundaries)."""
+    return v.shape[:2] if cu_seqlens is None else (cu_seqlens.shape[0] - 1, v.shape[1])
+
+
+def linear_backward(
+    q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chunk_size, cu_seqlens=None
+):  # fmt: skip
     """The gradients (dq, dk, dv, ∂L/∂S_0, ∂L/∂z_0) for the output gradient `do` and the final
     state's (ds_n, dz_n, each None when unused) on the forward pass's contiguous inputs, its
-    float32 o and r (`linear_forward`); the initial state's in v's dtype when `initial_grad`
-    and the state was given, else None."""
+    float32 o and r and its `cu_seqlens` (`linear_forward`); the initial state's in v's dtype
+    when `initial_grad` and the state was given, else None."""
     if not has_work(v):  # the final state was the initial one
         passed = (
             None if x is None or not initial_grad else torch.zeros_like(x) if g is None else g
@@ -73,7 +85,7 @@ def linear_backward(q, k, v, o, rden, s0, z0, do, ds_n, dz_n, initial_grad, chun
         None if s0 is None else (s0, z0),
         None if ds_n is None and dz_n is None else (ds_n, dz_n),
         initial_state_grad=initial_grad, chunk_size=kernel_chunk(chunk_size, v.dtype),
-        arch=device_arch(v.device),
+        arch=device_arch(v.device), cu_seqlens=cu_seqlens,
     )  # fmt: skip
     if initial is None:
         return dq, dk, dv, None, None
@@ -90,27 +102,30 @@ class CausalLinearAttention(torch.autograd.Function):
     and `_backward` (`ops.py`)."""
 
     @staticmethod
-    def forward(ctx, phi_q, phi_k, v, s0, z0, normalize, eps, chunk_size, final):
+    def forward(ctx, phi_q, phi_k, v, s0, z0, normalize, eps, chunk_size, final, cu_seqlens):
         ctx.set_materialize_grads(False)  # an unused final state adds nothing to the backward
-        q, k, v, s0, z0 = contiguous(phi_q, phi_k, v, s0, z0)  # the kernels' layout
+        q, k, v, s0, z0, cu_seqlens = contiguous(
+            phi_q, phi_k, v, s0, z0, cu_seqlens
+        )  # the kernels' layout
         keep = normalize and any(ctx.needs_input_grad[:5])  # the backward's a = −g·o needs o
         o, o32, rden, s_n, z_n = linear_forward(
-            q, k, v, s0, z0, normalize, eps, chunk_size, final, keep
+            q, k, v, s0, z0, normalize, eps, chunk_size, final, keep, cu_seqlens
         )
-        ctx.save_for_backward(q, k, v, o32, rden, s0, z0)
+        ctx.save_for_backward(q, k, v, o32, rden, s0, z0, cu_seqlens)
         ctx.chunk_size = chunk_size
         return o, s_n, z_n
 
     @staticmethod
     def backward(ctx, do, ds_n, dz_n):
-        q, k, v, o, rden, s0, z0 = ctx.saved_tensors
+        q, k, v, o, rden, s0, z0, cu_seqlens = ctx.saved_tensors
         wanted = ctx.needs_input_grad
         dq, dk, dv, ds_0, dz_0 = linear_backward(
-            q, k, v, o, rden, s0, z0, do, ds_n, dz_n, wanted[3] or wanted[4], ctx.chunk_size
-        )
+            q, k, v, o, rden, s0, z0, do, ds_n, dz_n, wanted[3] or wanted[4], ctx.chunk_size,
+            cu_seqlens,
+        )  # fmt: skip
         ds_0 = ds_0 if wanted[3] else None
         dz_0 = dz_0 if wanted[4] else None
-        return dq, dk, dv, ds_0, dz_0, None, None, None, None
+        return dq, dk, dv, ds_0, dz_0, None, None, None, None, None
 
 
 def triton_linear_attention(
@@ -174,12 +189,18 @@ def triton_linear_attention(
 
 def linear_attention_kernels(
     phi_q, phi_k, v, *, causal, normalize, chunk_size, eps, initial_state, output_final_state,
-    fn="linear_attention",
+    cu_seqlens=None, fn="linear_attention",
 ):  # fmt: skip
     """`triton_linear_attention` for inputs that passed `check_attention_inputs` (and `eps`
     `check_eps`), which `linear_attention` checks itself: what the kernels add to the checks
     (`check_kernel_inputs`), and the passes, in eager mode through `CausalLinearAttention`,
-    under `torch.compile` through the operators of `ops.py`."""
+    under `torch.compile` through the operators of `ops.py`.
+
+    `cu_seqlens` (causal only, checked by `validation.check_cu_seqlens` and the states by the
+    caller): the inputs `(1, …, N, ·)` hold S packed sequences, the states are `(S, …, ·)`; the
+    kernels walk each sequence whole from its own initial state (`forward.sequence_walk`),
+    reading no value on the host. Its values are checked only where that costs no
+    synchronization, on a CPU (`validation.check_cu_seqlens_values`)."""
     check_kernel_inputs(fn, ("phi_q", "phi_k", "v"), phi_q, v, chunk_size=chunk_size)
     s0, z0 = (None, None) if initial_state is None else initial_state
     z0 = z0 if normalize else None
@@ -190,11 +211,47 @@ def linear_attention_kernels(
     if torch.compiler.is_compiling():
         from linattn_core.kernels.ops import causal_linear_attention as apply
     batch = phi_q.shape[:-2]
-    inputs = as_heads(batch, phi_q, phi_k, v, s0, z0)
-    out, s_n, z_n = from_heads(
-        batch, *apply(*inputs, normalize, eps, chunk_size, output_final_state)
-    )
+    if cu_seqlens is None:
+        inputs = as_heads(batch, phi_q, phi_k, v, s0, z0)
+        out, s_n, z_n = from_heads(
+            batch, *apply(*inputs, normalize, eps, chunk_size, output_final_state, None)
+        )
+        return (out, (s_n, z_n)) if output_final_state else out
+    check_values_on_cpu(fn, cu_seqlens, phi_q.shape[-2])
+    heads = batch[1:]  # the tokens' batch is (1, *heads), the states' (S, *heads)
+    inputs = (*packed_heads(heads, phi_q, phi_k, v), *packed_heads(heads, s0, z0))
+    out, s_n, z_n = apply(*inputs, normalize, eps, chunk_size, output_final_state, cu_seqlens)
+    out, s_n, z_n = unpacked_heads(heads, out, s_n, z_n)
     return (out, (s_n, z_n)) if output_final_state else out
+
+
+def check_values_on_cpu(fn, cu_seqlens, n):
+    """The values of `cu_seqlens` (0 first, N = `n` last, non-decreasing) where reading them
+    costs no synchronization: on a CPU, in eager mode. On a GPU they are not read
+    (`validation.check_cu_seqlens` checked the rest), so that a pass can be captured in a CUDA
+    graph; nor under `torch.compile`, whose trace holds no values to read."""
+    if cu_seqlens.device.type == "cpu" and not torch.compiler.is_compiling():
+        check_cu_seqlens_values(fn, cu_seqlens.tolist(), n)
+
+
+def packed_heads(heads, *tensors):
+    """Packed tokens `(1, *heads, N, ·)` or states `(S, *heads, ·)` as the kernels' `(1, H, N, ·)`
+    and `(S, H, ·)`, H = prod(heads): as they are for one head dimension, else reshaped."""
+    if len(heads) == 1:
+        return tensors
+    return tuple(
+        None if x is None else x.reshape(x.shape[0], math.prod(heads), *x.shape[1 + len(heads) :])
+        for x in tensors
+    )
+
+
+def unpacked_heads(heads, *tensors):
+    """`packed_heads` undone."""
+    if len(heads) == 1:
+        return tensors
+    return tuple(
+        None if x is None else x.reshape(x.shape[0], *heads, *x.shape[2:]) for x in tensors
+    )
 
 
 def _non_causal(phi_q, phi_k, v, s0, z0, normalize, eps, output_final_state):

@@ -25,11 +25,13 @@ from triton.runtime.jit import JITFunction
 from linattn_core.kernels.common import SUPPORTED_CHUNK_SIZES, SUPPORTED_DIMS
 from linattn_core.kernels.delta_rule.backward import delta_rule_bwd
 from linattn_core.kernels.delta_rule.forward import delta_rule_fwd
+from linattn_core.kernels.delta_rule.function import packed_work
 from linattn_core.kernels.linear_attention.backward import chunk_linear_attention_bwd
 from linattn_core.kernels.linear_attention.forward import chunk_linear_attention_fwd
 from linattn_core.kernels.tiles import GPU_LIMITS, kernel_chunk
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PACKED_DTYPES = ("bfloat16",)  # the packed passes' binaries in the report: training's dtype
 
 
 @dataclasses.dataclass
@@ -130,55 +132,70 @@ def host_work(step):
     return HostWork([launch.name for launch in launches], counted.operations, counted.kinds)
 
 
-def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize):
+def linear_attention_launches(arch, dtype, d_k, d_v, chunk_size, normalize, packed=False):
     """(pass, Launch) for every kernel that causal linear attention launches, forward and
     backward, on `arch` for these inputs: the passes of a sequence in segments ("forward",
     "backward"), then those of a sequence walked in one segment ("forward, one walk",
-    "backward, one walk"; `forward.ONE_WALK_CHUNKS`)."""
+    "backward, one walk"; `forward.ONE_WALK_CHUNKS`), and when `packed` those of two packed
+    sequences ("forward, packed", "backward, packed"; the second starts off a multiple of C)."""
     options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch}
     q, k, v, do = (
         torch.zeros(1, 1, 2 * options["chunk_size"], width, dtype=dtype)
         for width in (d_k, d_k, d_v, d_v)
     )
+    cu_seqlens = torch.tensor([0, options["chunk_size"] - 1, 2 * options["chunk_size"]])
     found = []
-    for segment, path in ((1, ""), (2, ", one walk")):  # two chunks: two segments, or one
+    passes = [(1, "", None), (2, ", one walk", None)]  # two chunks: two segments, or one
+    passes += [(None, ", packed", cu_seqlens)] if packed else []
+    for segment, path, cu in passes:
         with intercepted_launches() as forward:
             _, rden, o, _ = chunk_linear_attention_fwd(
                 q, k, v, normalize=normalize, eps=1e-6, keep_float32=normalize, segment=segment,
-                **options,
+                cu_seqlens=cu, **options,
             )  # fmt: skip
         with intercepted_launches() as backward:
-            chunk_linear_attention_bwd(q, k, v, o, rden, do, segment=segment, **options)
+            chunk_linear_attention_bwd(
+                q, k, v, o, rden, do, segment=segment, cu_seqlens=cu, **options
+            )
         found += [(f"forward{path}", launch) for launch in forward]
         found += [(f"backward{path}", launch) for launch in backward]
     return found
 
 
-def delta_rule_launches(arch, dtype, d_k, d_v, chunk_size, initial_state, gated=False):
+def delta_rule_launches(
+    arch, dtype, d_k, d_v, chunk_size, initial_state, gated=False, packed=False
+):
     """(pass, Launch) for every kernel that the delta rule launches, forward and backward, on
     `arch` for these inputs, with or without an initial state; the gated delta rule's when
-    `gated` (the same kernels, given the log-gates)."""
+    `gated` (the same kernels, given the log-gates); and when `packed` those of two packed
+    sequences too ("forward, packed", "backward, packed"; the second starts off a multiple of
+    C)."""
     n = 2 * chunk_size
     q, k, do = (torch.zeros(1, 1, n, width, dtype=dtype) for width in (d_k, d_k, d_v))
     v, beta = torch.zeros(1, 1, n, d_v, dtype=dtype), torch.zeros(1, 1, n, dtype=dtype)
-    s0 = torch.zeros(1, 1, d_v, d_k, dtype=dtype) if initial_state else None
     g = torch.zeros(1, 1, n, dtype=dtype) if gated else None
     options = {"chunk_size": kernel_chunk(chunk_size, dtype), "arch": arch, "g": g}
-    with intercepted_launches() as forward:
-        delta_rule_fwd(q, k, v, beta, s0, **options)
-    ds = torch.zeros(1, 1, d_v, d_k, dtype=dtype)
-    with intercepted_launches() as backward:
-        delta_rule_bwd(q, k, v, beta, s0, do, ds, **options)
-    return [("forward", launch) for launch in forward] + [
-        ("backward", launch) for launch in backward
-    ]
+    cu_seqlens = torch.tensor([0, options["chunk_size"] - 1, n])
+    found = []
+    for path, packing in [("", None)] + ([(", packed", cu_seqlens)] if packed else []):
+        states = 1 if packing is None else 2
+        s0 = torch.zeros(states, 1, d_v, d_k, dtype=dtype) if initial_state else None
+        work = None if packing is None else packed_work(packing, n, options["chunk_size"])
+        with intercepted_launches() as forward:
+            delta_rule_fwd(q, k, v, beta, s0, packing=work, **options)
+        ds = torch.zeros(states, 1, d_v, d_k, dtype=dtype)
+        with intercepted_launches() as backward:
+            delta_rule_bwd(q, k, v, beta, s0, do, ds, packing=work, **options)
+        found += [(f"forward{path}", launch) for launch in forward]
+        found += [(f"backward{path}", launch) for launch in backward]
+    return found
 
 
 def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
     """(fields, launches) for every input configuration the launchers accept on `arch` — the
     linear attention's (dtype, d, d_v, chunk size, normalization), the delta rule's and the
-    gated delta rule's (dtype, d_k, d_v, initial state or not) — or with `peer="fla"`
-    FLA's at d = d_v ∈ FLA_DIMS."""
+    gated delta rule's (dtype, d_k, d_v, initial state or not), each with its packed passes in
+    `PACKED_DTYPES` — or with `peer="fla"` FLA's at d = d_v ∈ FLA_DIMS."""
     if peer == "fla":
         for dtype, d in itertools.product(dtypes, FLA_DIMS):
             fields = {"op": "linear_attention", "dtype": dtype, "d": d, "d_v": d, "chunk": 64}
@@ -189,7 +206,10 @@ def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
         dims, SUPPORTED_CHUNK_SIZES, (True, False)
     ):
         fields = {"op": "linear_attention", "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
-        launches = linear_attention_launches(arch, DTYPES[dtype], d_k, d_v, chunk, normalize)
+        packed = dtype in PACKED_DTYPES
+        launches = linear_attention_launches(
+            arch, DTYPES[dtype], d_k, d_v, chunk, normalize, packed
+        )
         yield fields | {"normalize": normalize}, launches
     for op in ("delta_rule", "gated_delta_rule"):
         dims = itertools.product(dtypes, SUPPORTED_DIMS, SUPPORTED_DIMS)
@@ -198,7 +218,10 @@ def cases(arch, dtypes=tuple(DTYPES), *, peer=None):
         ):
             fields = {"op": op, "dtype": dtype, "d": d_k, "d_v": d_v, "chunk": chunk}
             gated = op == "gated_delta_rule"
-            launches = delta_rule_launches(arch, DTYPES[dtype], d_k, d_v, chunk, initial, gated)
+            packed = dtype in PACKED_DTYPES
+            launches = delta_rule_launches(
+                arch, DTYPES[dtype], d_k, d_v, chunk, initial, gated, packed
+            )
             yield fields | {"initial_state": initial}, launches
 
 
