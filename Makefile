@@ -175,15 +175,19 @@ lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 
 # The package's tests and the book's own (not the browser's), two processes that share the tests
-# out as they go (a long test file does not keep one process busy while the other waits).
+# out as they go (a long test file does not keep one process busy while the other waits), each
+# with one thread: torch's two threads in each of two processes on two cores took 100 and 106 s
+# on a sixth of the tests where one thread each took 90 and 88 s (2026-11-29).
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 unit: venv
-	$(BIN)/pytest -q -n 2 --dist worksteal -m "not book" --doctest-modules linattn_core tests
+	$(ONE_THREAD) $(BIN)/pytest -q -n 2 --dist worksteal -m "not book" --doctest-modules \
+	    linattn_core tests
 
 # The inner loop while editing the package: the package's tests but the slow ones, without the
 # book's (tests/book/: chapters, notation, extensions, browser).
 unit-fast: venv
-	$(BIN)/pytest -q -n 2 -m "not book and not slow" --doctest-modules --ignore=tests/book \
-	    linattn_core tests
+	$(ONE_THREAD) $(BIN)/pytest -q -n 2 -m "not book and not slow" --doctest-modules \
+	    --ignore=tests/book linattn_core tests
 
 # Two notebooks at a time, one per core, each kernel with one thread (with torch's two threads
 # each, the four threads on two cores took 9 min 49 s where one each took 5 min 29 s): the
@@ -194,7 +198,7 @@ NBVAL_JOBS ?= -n 2 --dist loadfile
 NBVAL = LINATTN_FRAMES=each-stop $(BIN)/pytest --nbval --nbval-current-env \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg $(NBVAL_JOBS)
 nbval: venv
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(NBVAL) $(NB)
+	$(ONE_THREAD) $(NBVAL) $(NB)
 
 # nbval again under torch's generic CPU kernels, MKL's compatible code path and one thread: a
 # stored output that depends on the processor's order of summation fails here (CONTRIBUTING.md).
@@ -203,7 +207,7 @@ nbval: venv
 # Its interactive figures compute their opening frame alone: nbval ignores their outputs, and
 # `make nbval` has run each of their stops.
 nbval-portable: venv
-	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE $(ONE_THREAD) \
 	    $(NBVAL:each-stop=opening) $(shell printf '%s\n' $(NB) | sort -r)
 
 # make test's last step: the three side by side, one process each. The browser check leaves a

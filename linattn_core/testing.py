@@ -166,6 +166,19 @@ def values_and_gradients(fn, inputs, grad_outputs):
     return (*(o.detach() for o in outputs), *grads)
 
 
+def compiled_gradients(step, leaves):
+    """The gradients of the scalar `step(*leaves)`, eagerly and through
+    `torch.compile(fullgraph=True)` with the AOTAutograd backend, which traces the whole step (a
+    graph break raises): a pair of tuples, for the tests that a compiled training step computes
+    what eager mode does."""
+    eager = torch.autograd.grad(step(*leaves), leaves)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    try:
+        return eager, torch.autograd.grad(compiled(*leaves), leaves)
+    finally:
+        torch._dynamo.reset()
+
+
 def in_float64(fn, *tensors, **kwargs):
     """Run `fn` on float64 CPU copies of the floating-point tensors, cast the result back.
 

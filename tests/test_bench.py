@@ -328,9 +328,16 @@ def test_peers_compares_what_imports_and_names_what_does_not():
 
 
 @pytest.mark.slow
-def test_peers_command_writes_time_memory_and_first_calls(tmp_path):
-    from linattn_core.bench.peers import ratios
+def test_peers_command_writes_time_memory_and_first_calls(tmp_path, monkeypatch):
+    """The command's records for ours alone (each implementation's memory and first call are
+    fresh processes: the others add time, not paths), with a peer that is absent here listed."""
+    from linattn_core.bench import peers
 
+    def absent(q, k, v):
+        raise ModuleNotFoundError("No module named 'absent'")
+
+    implementations = {"ours": peers.IMPLEMENTATIONS["ours"], "absent": (absent, "absent")}
+    monkeypatch.setattr(peers, "IMPLEMENTATIONS", implementations)
     path = tmp_path / "peers.json"
     main(["peers", "--ns", "128", "--threads", "1", "--rounds", "1", "--json", str(path)])
     results = json.loads(path.read_text())
@@ -341,7 +348,8 @@ def test_peers_command_writes_time_memory_and_first_calls(tmp_path):
         assert {(r["pass"], r["n"]) for r in mine} == {(p, 128) for p in ("fwd", "fwd+bwd")}
         assert all(r["median_ms"] > 0 and r["peak_bytes"] > 0 for r in mine)
         assert all("first_ms" in r for r in mine)
-    assert ratios(records)[1, "fwd", 128]["ours"] == 1
+    assert set(results["implementations"]) == {"ours"} and set(results["missing"]) == {"absent"}
+    assert peers.ratios(records)[1, "fwd", 128]["ours"] == 1
 
 
 def test_committed_peer_comparison_checked_every_peer_first():

@@ -18,6 +18,11 @@ before they are scaled, so they are int64 too; their int32 parts are indices of 
 N + C), features, chunks and shares (a share's rows: tile index × B·H).
 `test_an_int32_head_offset_is_caught` checks that the test fails on a copy of the delta rule's
 forward kernels without the casts.
+
+Packed sequences (cu_seqlens, B = 1) run the same way: their token offsets start from the
+boundaries and work lists, int64 tensors (the API's contract), which index sequences and chunks,
+not heads, so they are not moved; a sequence's states `(S, H, ·)` sit at i_s·H + i_bh, moved
+by FAR heads as the inputs `(1, H, ·)` are.
 """
 
 import contextlib
@@ -34,6 +39,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from linattn_core import LinearAttentionState, linear_attention
 from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels import triton_linear_attention
 from linattn_core.kernels.linear_attention import backward, forward
@@ -45,22 +51,27 @@ FAR = 2**31 - 2**10  # the first head's program id in a far run: FAR + i_bh stay
 BATCH, HEADS = 1, 2  # the heads `(B, H)` of the runs: every tensor the kernels take has them
 
 
-def head_stride(x, batch, heads):
-    """Elements between two heads of `x`: the stride of its H dimension, the one after B in the
-    kernels' layouts `(B, H, …)` and `(shares, B, H, …)`."""
+def head_stride(x, batches, heads):
+    """Elements between two heads of `x`: the stride of its H dimension, the one after B (or,
+    packed, after S: `batches` holds both) in the kernels' layouts `(B, H, …)` and `(shares, B,
+    H, …)`; 0 for the int64 boundaries and work lists of packed sequences."""
+    if x.dtype == torch.int64:
+        return 0
     for dim in range(1, x.dim()):
-        if x.shape[dim - 1 : dim + 1] == (batch, heads):
+        if x.shape[dim - 1] in batches and x.shape[dim] == heads:
             return x.stride(dim)
-    raise AssertionError(f"head_stride: no (B, H) = ({batch}, {heads}) in shape {tuple(x.shape)}")
+    raise AssertionError(f"head_stride: no (B, H), H = {heads}, in shape {tuple(x.shape)}")
 
 
 @contextlib.contextmanager
-def far_heads(batch=BATCH, heads=HEADS, far=FAR):
-    """Run every kernel launched inside with the heads' program id (the grid's last axis, B·H
-    programs) moved up by `far`, and each tensor argument's base pointer moved down by `far`
-    times its head stride, in bytes: a kernel whose offsets are exact reads and writes the same
-    elements as without (the interpreter's pointers are uint64 and wrap). It yields the set of
-    the kernels' names launched inside."""
+def far_heads(batch=BATCH, heads=HEADS, far=FAR, sequences=None):
+    """Run every kernel launched inside with the heads' program id (the grid's last axis of B·H
+    programs; packed, the delta rule's walks put the S sequences after it) moved up by `far`, and
+    each tensor argument's base pointer moved down by `far` times its head stride, in bytes: a
+    kernel whose offsets are exact reads and writes the same elements as without (the
+    interpreter's pointers are uint64 and wrap). `sequences`: S of packed inputs (not B·H). It
+    yields the set of the kernels' names launched inside."""
+    batches = {batch} if sequences is None else {batch, sequences}
     from triton.runtime import interpreter
 
     launch, launched = {"axis": None}, set()
@@ -77,14 +88,14 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
     def moved_pointer(arg):
         converted = convert(arg)
         if isinstance(arg, torch.Tensor):
-            shift = far * head_stride(arg, batch, heads) * arg.element_size()
+            shift = far * head_stride(arg, batches, heads) * arg.element_size()
             address = (int(converted.handle.data[0]) - shift) % 2**64
             converted.handle.data = np.array([address], dtype=np.uint64)
         return converted
 
     def far_launch(self, *args, **kwargs):
-        assert isinstance(self.grid, tuple) and self.grid[-1] == batch * heads, self.grid
-        launch["axis"] = len(self.grid) - 1
+        assert isinstance(self.grid, tuple) and batch * heads in self.grid, self.grid
+        launch["axis"] = max(i for i, size in enumerate(self.grid) if size == batch * heads)
         launched.add(self.fn.__name__)
         try:
             return call(self, *args, **kwargs)
@@ -102,15 +113,15 @@ def far_heads(batch=BATCH, heads=HEADS, far=FAR):
         yield launched
 
 
-def near_and_far(fn, inputs):
+def near_and_far(fn, inputs, sequences=None):
     """`fn`'s outputs and every input's gradient (seeded output gradients), in a plain run and a
-    far run (`far_heads`), and the kernels the far run launched."""
+    far run (`far_heads`; `sequences`: S when packed), and the kernels the far run launched."""
     out = fn(*inputs)
     generator = torch.Generator().manual_seed(3)
     flat = out if isinstance(out, tuple) else (out,)
     grads = tuple(torch.randn(x.shape, generator=generator).to(x) for x in flat)
     near = values_and_gradients(fn, inputs, grads)
-    with far_heads() as launched:
+    with far_heads(sequences=sequences) as launched:
         far = values_and_gradients(fn, inputs, grads)
     return near, far, launched
 
@@ -205,6 +216,48 @@ def test_delta_rule_addresses_are_64_bit():
         return gated_delta_rule(q, k, v, beta, g, method="triton", initial_state=s0)
 
     assert_same_bits(*near_and_far(rule, inputs), DELTA_KERNELS)
+
+
+# packed: S = 3 sequences (not B·H = 2 programs), an empty one, one shorter than a chunk of 32
+# and one across a chunk's end from an odd start (float32: chunks of 32 tokens)
+PACKED = torch.tensor([0, 5, 5, 40])
+
+
+@pytest.mark.slow
+@pytest.mark.interpreter
+@pytest.mark.usefixtures("poisoned_empty")
+def test_packed_addresses_are_64_bit():
+    """Packed sequences from initial states, forward and backward: linear attention normalized
+    (one walk a sequence: `segment_output_kernel`, `walk_bwd_kernel`) and the gated delta rule
+    (its seven kernels on the work lists), each far run equal to its plain run bit for bit."""
+    sequences = len(PACKED) - 1
+    q, k, v, _, _ = linear_attention_inputs(32)
+    generator = torch.Generator().manual_seed(9)
+    s0, z0 = (
+        torch.rand(sequences, HEADS, 32, 32, generator=generator),
+        torch.rand(sequences, HEADS, 32, generator=generator),
+    )
+
+    def attention(q, k, v, s0, z0):
+        o, final = linear_attention(
+            q, k, v, causal=True, normalize=True, method="triton", cu_seqlens=PACKED,
+            initial_state=LinearAttentionState(s0, z0), output_final_state=True,
+        )  # fmt: skip
+        return o, final.S, final.z
+
+    packed = near_and_far(attention, (q, k, v, s0, z0), sequences)
+    assert_same_bits(*packed, {"segment_output_kernel", "walk_bwd_kernel"})
+
+    *tokens, _ = gated_deltanet_inputs(
+        BATCH, HEADS, n=40, d_k=32, d_v=16, gate=(-1, 0), dtype=torch.float32
+    )
+    states = torch.rand(sequences, HEADS, 16, 32, generator=generator)
+
+    def rule(q, k, v, beta, g, s0):
+        options = {"method": "triton", "initial_state": s0, "cu_seqlens": PACKED}
+        return gated_delta_rule(q, k, v, beta, g, **options)
+
+    assert_same_bits(*near_and_far(rule, (*tokens, states), sequences), DELTA_KERNELS)
 
 
 INT32_CHILD = """

@@ -28,14 +28,15 @@ def counts(trace):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("segment", [2, 6])
-@pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize(
-    ("dtype", "d", "d_v", "arch", "batch_heads"),
-    [
-        (torch.float32, 16, 32, 90, 2),
-        (torch.float16, 128, 64, 80, 1),
-        (torch.float16, 32, 128, 90, 2),
+    ("dtype", "d", "d_v", "arch", "batch_heads", "normalize", "segment"),
+    [  # each tiling through both paths; each path normalized and not
+        (torch.float32, 16, 32, 90, 2, True, 2),
+        (torch.float32, 16, 32, 90, 2, False, 6),
+        (torch.float16, 128, 64, 80, 1, True, 6),
+        (torch.float16, 128, 64, 80, 1, False, 2),
+        (torch.float16, 32, 128, 90, 2, True, 2),
+        (torch.float16, 32, 128, 90, 2, False, 6),
     ],
 )
 def test_model_counts_what_the_kernels_do(dtype, d, d_v, arch, batch_heads, normalize, segment):

@@ -125,9 +125,15 @@ def walks(request, monkeypatch, fresh_plans):
 
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot", "walks")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("normalize", [True, False])
-@pytest.mark.parametrize(("n", "d", "d_v"), [(200, 64, 32), (77, 16, 128)])
+@pytest.mark.parametrize(
+    ("n", "d", "d_v", "normalize", "dtype"),
+    [  # each shape in both dtypes, normalized and not; each dtype normalized and not
+        (200, 64, 32, True, torch.float16),
+        (200, 64, 32, False, torch.bfloat16),
+        (77, 16, 128, True, torch.bfloat16),
+        (77, 16, 128, False, torch.float16),
+    ],
+)
 def test_16_bit_operands(arch, n, d, d_v, normalize, dtype):
     qkv = random_qkv(1, 2, n=n, d=d, d_v=d_v, dtype=dtype, positive=normalize, seed=5)
     check_against_reference(*qkv, normalize=normalize, rtol=KERNEL_RTOL[dtype])

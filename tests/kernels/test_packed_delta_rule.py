@@ -20,7 +20,12 @@ from linattn_core.kernels import ops
 from linattn_core.kernels.delta_rule import function
 from linattn_core.kernels.delta_rule.function import packed_work
 from linattn_core.kernels.tools.launches import host_work
-from linattn_core.testing import KERNEL_RTOL, assert_close, values_and_gradients
+from linattn_core.testing import (
+    KERNEL_RTOL,
+    assert_close,
+    compiled_gradients,
+    values_and_gradients,
+)
 
 H, D_K, D_V = 2, 16, 16
 # float32 inputs: the kernels' chunk is 32 tokens (`tiles.kernel_chunk`). Empty sequences
@@ -134,10 +139,11 @@ def test_one_sequence():
 @pytest.mark.slow
 @pytest.mark.interpreter
 @pytest.mark.usefixtures("poisoned_empty", "interpreter_bfloat16_dot")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_16_bit_inputs_in_chunks_of_64(dtype):
+def test_16_bit_inputs_in_chunks_of_64():
     """16-bit inputs take chunks of 64 tokens and store A over the float32 scratch of its
-    blocks: sequences across that chunk (70 = 64 + 6), shorter (3), exactly one chunk (64)."""
+    blocks: sequences across that chunk (70 = 64 + 6), shorter (3), exactly one chunk (64).
+    bfloat16, training's dtype: float16 takes the same path (test_delta_rule.py runs both)."""
+    dtype = torch.bfloat16
     lengths = [3, 0, 70, 64, 1]
     packed, alone, reference = compared(lengths, gated=True, with_state=True, dtype=dtype)
     for name, actual, same, wanted in zip(names(True, True), packed, alone, reference, strict=True):
@@ -275,11 +281,6 @@ def test_torch_compile_traces_a_packed_step_without_graph_breaks():
         o, s = run(x, gated=True, with_state=True, method="triton", cu_seqlens=cu_seqlens)
         return o.sum() + s.sum()
 
-    eager = torch.autograd.grad(step(*leaves), leaves)
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    try:
-        traced = torch.autograd.grad(compiled(*leaves), leaves)
-    finally:
-        torch._dynamo.reset()
+    eager, traced = compiled_gradients(step, leaves)
     for e, c in zip(eager, traced, strict=True):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)

@@ -18,7 +18,12 @@ from linattn_core.attention import LinearAttentionState
 from linattn_core.kernels import ops
 from linattn_core.kernels.linear_attention import function
 from linattn_core.kernels.tools.launches import host_work
-from linattn_core.testing import KERNEL_RTOL, assert_close, values_and_gradients
+from linattn_core.testing import (
+    KERNEL_RTOL,
+    assert_close,
+    compiled_gradients,
+    values_and_gradients,
+)
 
 H, D, D_V, CHUNK = 2, 16, 32, 64
 # empty sequences (first, inside, last), shorter than a chunk, one crossing the multiples of C
@@ -282,24 +287,20 @@ def test_a_packed_pass_reads_nothing_on_the_host(monkeypatch, normalize):
 
 @pytest.mark.interpreter
 @pytest.mark.slow
-@pytest.mark.parametrize("normalize", [True, False])
-def test_opcheck_passes_on_the_operators_with_cu_seqlens(normalize):
+def test_opcheck_passes_on_the_operators_with_cu_seqlens():
     """Schema, fake tensors (states `(S, H, ·)` from cu_seqlens's shape), autograd registration
-    and AOTAutograd, for the forward operator and the backward one, on packed inputs."""
+    and AOTAutograd, for the forward operator and the backward one, on packed inputs (normalized:
+    every argument the operators have; tests/kernels/test_training.py checks them unnormalized)."""
     lengths = [5, 0, 30]
-    q, k, v, s0, *z0 = packed_inputs(lengths, normalize=normalize, with_state=True)
-    z0 = z0[0] if normalize else None
+    inputs = [x.requires_grad_() for x in packed_inputs(lengths, normalize=True, with_state=True)]
     cu_seqlens = boundaries(lengths)
-    for x in (q, k, v, s0, z0):
-        if x is not None:
-            x.requires_grad_()
-    args = (q, k, v, s0, z0, normalize, 1e-6, CHUNK, True, cu_seqlens)
+    args = (*inputs, True, 1e-6, CHUNK, True, cu_seqlens)
     torch.library.opcheck(ops.linear_attention_forward, args)
-    detached = [None if x is None else x.detach() for x in args[:5]]
-    saved = ops.linear_attention_forward(*detached, *args[5:])
-    grads = (*detached[:3], saved[0] if normalize else None, saved[2] if normalize else None)
-    finals = (torch.randn_like(s0), torch.randn_like(z0) if normalize else None)
-    backward_args = (*grads, torch.randn_like(v), *detached[3:], *finals, True, CHUNK, cu_seqlens)
+    q, k, v, s0, z0 = (x.detach() for x in inputs)
+    saved = ops.linear_attention_forward(q, k, v, s0, z0, *args[5:])
+    finals = (torch.randn_like(s0), torch.randn_like(z0))
+    backward_args = (q, k, v, saved[0], saved[2], torch.randn_like(v), s0, z0, *finals, True, CHUNK)
+    backward_args += (cu_seqlens,)
     torch.library.opcheck(ops.linear_attention_backward, backward_args)
 
 
@@ -316,11 +317,6 @@ def test_torch_compile_traces_a_packed_pass_without_graph_breaks():
         o, s_n, z_n = packed(cu_seqlens, "triton", True)(*inputs)
         return o.sum() + s_n.sum() + z_n.sum()
 
-    eager = torch.autograd.grad(step(*leaves), leaves)
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    try:
-        traced = torch.autograd.grad(compiled(*leaves), leaves)
-    finally:
-        torch._dynamo.reset()
+    eager, traced = compiled_gradients(step, leaves)
     for e, c in zip(eager, traced, strict=True):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)

@@ -22,7 +22,7 @@ from linattn_core.gated import gated_delta_rule, gated_deltanet_inputs
 from linattn_core.kernels import ops
 from linattn_core.kernels.linear_attention import backward, forward
 from linattn_core.kernels.tools.launches import host_work
-from linattn_core.testing import random_qkv
+from linattn_core.testing import compiled_gradients, random_qkv
 
 ROW_KEYS = {"op", "N", "B", "H", "d", "method", "mode", "ms", "error"}
 
@@ -81,17 +81,6 @@ def test_opcheck_passes_on_the_delta_rule_operators(state, gated):
     torch.library.opcheck(ops.delta_rule_backward, (q, k, v, beta, s0, *grads, chunk, g))
 
 
-def _compiled_gradients(step, leaves):
-    """Gradients of step(*leaves) eagerly and through torch.compile(fullgraph=True), whose
-    AOTAutograd backend traces the whole step (a graph break would raise)."""
-    eager = torch.autograd.grad(step(*leaves), leaves)
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    try:
-        return eager, torch.autograd.grad(compiled(*leaves), leaves)
-    finally:
-        torch._dynamo.reset()
-
-
 @pytest.mark.interpreter
 @pytest.mark.slow
 def test_torch_compile_traces_linear_attention_without_graph_breaks():
@@ -107,7 +96,7 @@ def test_torch_compile_traces_linear_attention_without_graph_breaks():
         )
         return o.sum() + s.sum() + z.sum()
 
-    eager, compiled = _compiled_gradients(step, leaves)
+    eager, compiled = compiled_gradients(step, leaves)
     for e, c in zip(eager, compiled, strict=True):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
 
@@ -124,7 +113,7 @@ def test_torch_compile_traces_the_delta_rules_without_graph_breaks(rule):
         o, s = rule(q, k, v, beta, *g, method="triton", initial_state=s0)
         return o.sum() + s.sum()
 
-    eager, compiled = _compiled_gradients(step, leaves)
+    eager, compiled = compiled_gradients(step, leaves)
     for e, c in zip(eager, compiled, strict=True):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
 
