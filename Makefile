@@ -119,7 +119,8 @@ gpu-check-dry: venv
 # Triton), and flash-linear-attention's chunked kernels, installed without dependencies into .fla
 # (a peer to compare with, never a dependency of the package). Compiled results are cached by what
 # decides each binary in ~/.cache/linattn_core/compile, whatever the clone's path: only what
-# changed compiles (the whole matrix cold: 3,744 binaries, about 45 minutes on 2 cores).
+# changed compiles (the whole matrix cold: 9,408 records, 5,760 binaries, about 85 minutes on 2
+# cores, 2026-11-29).
 FLA := .fla/.installed
 kernels-report: venv $(FLA)
 	$(PY) -m linattn_core.kernels.compile --arch 80 89 90 --json figures/kernels_compiled.json

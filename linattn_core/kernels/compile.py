@@ -45,6 +45,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import pickle
 import re
 import shlex
 import subprocess
@@ -405,14 +406,16 @@ def _named(record):
 
 
 def fit_register_budgets(records, *, jobs=None, cache_dir=None):
-    """{(kernel, arch, dtype, d_k, d_v): registers} for each configuration of `records` that
+    """{(kernel, arch, dtype, d_k, d_v, gated): registers} for each configuration of `records` that
     spills: the smallest budget (ptxas' `maxnreg`, from the registers it chose in steps of 8)
-    under which none of the configuration's launches spills — entries for `tiles.REGISTER_BUDGETS`.
-    """
+    under which none of the configuration's launches spills, packed or not — entries for
+    `tiles.REGISTER_BUDGETS`, or for `tiles.GATED_OPTIONS` where `gated` (the gated delta rule's
+    launches take no budget of the other table, `forward.gated_options`)."""
     spilled = {}
     for r in records:
         if r.get("spill_bytes"):
-            key = (r["kernel"].removesuffix("_kernel"), r["arch"], r["dtype"], r["d"], r["d_v"])
+            kernel, gated = r["kernel"].removesuffix("_kernel"), r["op"] == "gated_delta_rule"
+            key = (kernel, r["arch"], r["dtype"], r["d"], r["d_v"], gated)
             spilled[key] = max(spilled.get(key, 0), r["registers"])
     keys = sorted(spilled)
     tasks = [(key, spilled[key], cache_dir) for key in keys]
@@ -422,14 +425,16 @@ def fit_register_budgets(records, *, jobs=None, cache_dir=None):
 
 
 def _fit_budget(task):
-    (kernel, arch, dtype, d_k, d_v), registers, cache_dir = task
-    launches = [  # the gated delta rule's take no budgets (`forward.gated_options`)
+    (kernel, arch, dtype, d_k, d_v, gated), registers, cache_dir = task
+    launches = [
         launch
         for fields, group in cases(arch, (dtype,))
-        if (fields["d"], fields["d_v"]) == (d_k, d_v) and fields["op"] != "gated_delta_rule"
+        if (fields["d"], fields["d_v"]) == (d_k, d_v)
+        and (fields["op"] == "gated_delta_rule") == gated
         for _, launch in group
         if launch.name == f"{kernel}_kernel"
     ]
+    assert launches, f"no launch of {kernel} on sm_{arch} ({dtype}, {d_k}, {d_v})"
     for budget in [*range(registers // 8 * 8 + 8, 255, 8), 255]:
         budgeted = (dataclasses.replace(x, kwargs=x.kwargs | {"maxnreg": budget}) for x in launches)
         if not any(compile_launch(launch, arch, cache_dir)["spill_bytes"] for launch in budgeted):
@@ -506,7 +511,9 @@ def _launch_id(launch):
 
 def _compile_all(unique, jobs, cache_dir, progress):
     """{(launch id, arch): result} for `unique`, {(launch id, arch): Launch}."""
-    tasks = [(launch, arch, cache_dir) for (_, arch), launch in unique.items()]
+    # pickled here, by value: through the pool's own pickler, torch shares each tensor argument
+    # by a file descriptor that the workers keep, and the matrix's launches exhaust them (EMFILE)
+    tasks = [pickle.dumps((launch, arch, cache_dir)) for (_, arch), launch in unique.items()]
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count()) as pool:
         outcomes = pool.map(_compile_task, tasks, chunksize=4)
         if progress:
@@ -517,7 +524,7 @@ def _compile_all(unique, jobs, cache_dir, progress):
 
 
 def _compile_task(task):
-    launch, arch, cache_dir = task
+    launch, arch, cache_dir = pickle.loads(task)
     return compile_launch(launch, arch, cache_dir)
 
 

@@ -74,8 +74,12 @@ REGISTER_BUDGETS = {
     ("delta_prepare", 80, "bfloat16", 16, 128): 200,
     ("delta_prepare", 89, "bfloat16", 16, 64): 208,
     ("delta_prepare", 89, "bfloat16", 16, 128): 208,
+    ("delta_prepare", 89, "bfloat16", 64, 32): 176,
+    ("delta_prepare", 89, "bfloat16", 128, 32): 176,
     ("delta_prepare", 89, "float32", 128, 16): 104,
     ("delta_prepare", 90, "bfloat16", 16, 32): 240,
+    ("delta_prepare", 90, "bfloat16", 32, 32): 176,
+    ("delta_prepare", 90, "bfloat16", 128, 128): 176,
     ("delta_prepare", 90, "float32", 16, 32): 104,
     ("delta_prepare", 90, "float32", 16, 64): 120,
     ("delta_prepare", 90, "float32", 16, 128): 120,
@@ -83,9 +87,9 @@ REGISTER_BUDGETS = {
     ("delta_states", 89, "float16", 64, 64): 96,
     ("delta_states", 89, "float32", 64, 16): 144,
     ("delta_states", 89, "float32", 64, 128): 144,
-    ("delta_states_bwd", 89, "bfloat16", 64, 32): 104,
-    ("delta_states_bwd", 89, "bfloat16", 64, 64): 104,
-    ("delta_states_bwd", 89, "bfloat16", 64, 128): 104,
+    ("delta_states_bwd", 89, "bfloat16", 64, 32): 112,
+    ("delta_states_bwd", 89, "bfloat16", 64, 64): 112,
+    ("delta_states_bwd", 89, "bfloat16", 64, 128): 112,
     ("delta_states_bwd", 89, "float16", 64, 32): 104,
     ("delta_states_bwd", 89, "float16", 64, 64): 104,
     ("delta_states_bwd", 89, "float16", 64, 128): 104,
@@ -148,6 +152,12 @@ GATED_OPTIONS = {
     },
     ("delta_prepare", 89, "bfloat16", 128, 64): {"num_warps": 4},
     **{("delta_prepare", 90, "bfloat16", 128, d_v): {"num_warps": 4} for d_v in (16, 64)},
+    # budgets for configurations whose packed passes spill 4 to 8 bytes without (bfloat16)
+    **{("delta_du_local", 80, "bfloat16", 16, d_v): {"maxnreg": 104} for d_v in (32, 64, 128)},
+    ("delta_du_local", 80, "bfloat16", 128, 16): {"maxnreg": 80},
+    ("delta_prepare", 80, "bfloat16", 64, 32): {"maxnreg": 184},
+    ("delta_prepare", 89, "bfloat16", 64, 32): {"maxnreg": 176},
+    **{("delta_prepare", 90, "bfloat16", 32, d_v): {"maxnreg": 176} for d_v in (64, 128)},
 }
 
 

@@ -180,11 +180,11 @@ def test_register_budget_fit_stops_a_spill():
         "import json\n"
         "from linattn_core.kernels.compile import fit_register_budgets\n"
         "record = {'kernel': 'delta_wy_kernel', 'arch': 90, 'dtype': 'float32', 'd': 32,\n"
-        "          'd_v': 16, 'registers': 128, 'spill_bytes': 8}\n"
+        "          'd_v': 16, 'registers': 128, 'spill_bytes': 8, 'op': 'delta_rule'}\n"
         "budgets = fit_register_budgets([record], jobs=1)\n"
         "print(json.dumps([[list(key), budget] for key, budget in budgets.items()]))\n"
     )
-    assert compile_in_subprocess(code) == [[["delta_wy", 90, "float32", 32, 16], 136]]
+    assert compile_in_subprocess(code) == [[["delta_wy", 90, "float32", 32, 16, False], 136]]
 
 
 @pytest.mark.slow
