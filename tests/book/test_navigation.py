@@ -4,6 +4,8 @@ figure can be enlarged on a phone (_templates/layout.html, _templates/book-index
 _static/figure-zoom.js).
 """
 
+import time
+
 import pytest
 
 pytestmark = pytest.mark.book
@@ -35,6 +37,23 @@ def visible(page, selector):
     return found[0]
 
 
+def settle(page, **want):
+    """Wait until the navigation's state holds `want`; fail after 5 s with the last state seen.
+    The sidebars slide and the tooltips fade on the page's clock, which a busy machine slows: a
+    check after a fixed wait failed in CI with a tooltip still fading out."""
+    deadline = time.monotonic() + 5
+    while True:
+        state = page.evaluate(STATE)
+        if all(state[key] == value for key, value in want.items()):
+            return
+        assert time.monotonic() < deadline, f"after 5 s, {state} is not {want}"
+        page.wait_for_timeout(50)
+
+
+# Longer than the theme's delay before a tooltip shows (500 ms, bootstrap's initialisation).
+TOOLTIP_DELAY_MS = 700
+
+
 @pytest.fixture
 def phone(server, browser):
     viewport = {"width": 390, "height": 844}
@@ -46,39 +65,31 @@ def phone(server, browser):
 
 
 def test_phone_toggles_open_and_close_both_sidebars(phone):
-    assert phone.evaluate(STATE) | {"tooltips": 0} == {
-        "siteDialog": False, "pageDialog": False, "siteLinks": False, "pageLinks": False,
-        "tooltips": 0,
-    }  # fmt: skip
+    closed = dict(siteDialog=False, pageDialog=False, siteLinks=False, pageLinks=False)
+    settle(phone, **closed)
     visible(phone, ".primary-toggle").tap()
-    phone.wait_for_timeout(300)
-    state = phone.evaluate(STATE)
-    assert state["siteDialog"] and state["siteLinks"], state
+    settle(phone, siteDialog=True, siteLinks=True)
+    phone.wait_for_timeout(TOOLTIP_DELAY_MS)
+    assert phone.evaluate(STATE)["tooltips"] == 0, "a tooltip shown on a touch screen"
     phone.mouse.click(370, 400)  # beside the sidebar: it closes
-    phone.wait_for_timeout(300)
-    state = phone.evaluate(STATE)
-    assert not state["siteDialog"] and not state["siteLinks"] and not state["tooltips"], state
+    settle(phone, **closed, tooltips=0)
 
     visible(phone, ".secondary-toggle").tap()
-    phone.wait_for_timeout(300)
-    state = phone.evaluate(STATE)
-    assert state["pageDialog"] and state["pageLinks"], state
+    settle(phone, pageDialog=True, pageLinks=True)
+    phone.wait_for_timeout(TOOLTIP_DELAY_MS)
+    assert phone.evaluate(STATE)["tooltips"] == 0, "a tooltip shown on a touch screen"
     phone.keyboard.press("Escape")
-    phone.wait_for_timeout(300)
-    state = phone.evaluate(STATE)
-    assert not state["pageDialog"] and not state["pageLinks"] and not state["tooltips"], state
+    settle(phone, **closed, tooltips=0)
 
 
 def test_wide_window_toggle_hides_and_shows_the_sidebar(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(f"{server}/{PAGE}", wait_until="load")
-    assert page.evaluate(STATE)["siteLinks"]
+    settle(page, siteLinks=True)
     visible(page, ".primary-toggle").click()
-    page.wait_for_timeout(400)
-    assert not page.evaluate(STATE)["siteLinks"]
+    settle(page, siteLinks=False)
     visible(page, ".primary-toggle").click()
-    page.wait_for_timeout(400)
-    assert page.evaluate(STATE)["siteLinks"]
+    settle(page, siteLinks=True)
     page.goto(f"{server}/intro.html", wait_until="load")
     searches = [e for e in page.query_selector_all(".search-button__button") if e.is_visible()]
     assert len(searches) == 1, f"{len(searches)} search boxes in a 1400 px window"
